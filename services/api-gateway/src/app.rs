@@ -1,0 +1,92 @@
+//! Building and serving the gateway: shared state, routes, middleware.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::Request;
+use axum::routing::{delete, get, post};
+use maestro_db::PgPool;
+use maestro_messaging::Subjects;
+use maestro_messaging::setup::{self, StreamSettings};
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+use crate::config::Settings;
+use crate::routes;
+
+/// What every handler can reach.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub nats: async_nats::Client,
+    pub js: async_nats::jetstream::Context,
+    pub subjects: Subjects,
+    pub settings: Arc<Settings>,
+    /// Cancelled at shutdown; long-lived responses (SSE) end on it.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// Connect to Postgres and NATS (migrating and creating streams when asked).
+    pub async fn connect(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
+        let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
+        let pool = maestro_db::connect(&settings.common.database_url, settings.common.db_max_connections)
+            .await
+            .context("connect to Postgres")?;
+        if settings.common.migrate_on_start {
+            maestro_db::migrate(&pool).await.context("apply migrations")?;
+        }
+        let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-api-gateway")
+            .await
+            .context("connect to NATS")?;
+        let js = async_nats::jetstream::new(nats.clone());
+        setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+        Ok(Self { pool, nats, js, subjects, settings: Arc::new(settings), shutdown })
+    }
+}
+
+/// All routes.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/api/local/tasks", post(routes::tasks::create).get(routes::tasks::list))
+        .route("/api/local/tasks/{id}", get(routes::tasks::get))
+        .route("/api/local/tasks/{id}/events", get(routes::tasks::events))
+        .route("/api/local/tasks/{id}/stream", get(routes::stream::task_stream))
+        .route("/api/webhooks", post(routes::webhooks::create).get(routes::webhooks::list))
+        .route("/api/webhooks/{id}", delete(routes::webhooks::delete))
+        .fallback(routes::not_found);
+    Router::new()
+        .route("/healthz", get(routes::health::healthz))
+        .route("/readyz", get(routes::health::readyz))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+            let span = tracing::info_span!(
+                "http",
+                method = %request.method(),
+                path = %request.uri().path(),
+                owner = tracing::field::Empty
+            );
+            maestro_runtime::http_trace::adopt(&span, request.headers());
+            span
+        }))
+        .with_state(state)
+}
+
+/// Bind, announce the address, and serve until `shutdown`; open requests get time to finish.
+pub async fn serve(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(settings.addr)
+        .await
+        .with_context(|| format!("bind {}", settings.addr))?;
+    let addr: SocketAddr = listener.local_addr()?;
+    let state = AppState::connect(settings, shutdown.clone()).await?;
+    tracing::info!(%addr, "api-gateway listening");
+    maestro_runtime::announce_ready("api-gateway", Some(addr));
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .context("serve HTTP")
+}

@@ -1,0 +1,104 @@
+//! Settings of the API gateway, from the environment.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use maestro_domain::Owner;
+use maestro_runtime::env::CommonSettings;
+use maestro_runtime::{ConfigError, Env};
+
+/// How the gateway runs.
+#[derive(Clone)]
+pub struct Settings {
+    pub common: CommonSettings,
+    /// Where to listen; port 0 picks a free port (announced on stdout).
+    pub addr: SocketAddr,
+    /// Bearer tokens and the owner each stands for.
+    pub tokens: HashMap<String, Owner>,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// Largest task instruction accepted.
+    pub max_instruction_bytes: usize,
+    /// Models a task may ask for; empty means any.
+    pub allowed_models: Vec<String>,
+    /// Claims a job may take before it fails for good.
+    pub job_max_attempts: i32,
+    /// Interval of SSE keep-alive comments.
+    pub sse_keepalive: Duration,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("common", &self.common)
+            .field("addr", &self.addr)
+            .field("tokens", &format!("<{} tokens>", self.tokens.len()))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_instruction_bytes", &self.max_instruction_bytes)
+            .field("allowed_models", &self.allowed_models)
+            .field("job_max_attempts", &self.job_max_attempts)
+            .finish()
+    }
+}
+
+/// The token used when `API_TOKENS` is not set: for local use only.
+pub const DEV_TOKENS: &str = "dev-token=dev";
+
+impl Settings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let addr = env.string("GATEWAY_ADDR", "127.0.0.1:8080");
+        let addr = addr.parse().map_err(|_| env.invalid("GATEWAY_ADDR", "expected host:port"))?;
+        let tokens = parse_tokens(&env.string("API_TOKENS", DEV_TOKENS))
+            .map_err(|reason| env.invalid("API_TOKENS", reason))?;
+        let allowed_models = env
+            .string("LLM_MODELS", "")
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(Self {
+            common: CommonSettings::from_env(env)?,
+            addr,
+            tokens,
+            max_body_bytes: env.parse("MAX_BODY_BYTES", 1024 * 1024)?,
+            max_instruction_bytes: env.parse("MAX_INSTRUCTION_BYTES", 256 * 1024)?,
+            allowed_models,
+            job_max_attempts: env.parse("JOB_MAX_ATTEMPTS", 5)?,
+            sse_keepalive: env.millis("SSE_KEEPALIVE_MS", Duration::from_secs(15))?,
+        })
+    }
+}
+
+/// `token=owner,token=owner`.
+fn parse_tokens(spec: &str) -> Result<HashMap<String, Owner>, String> {
+    let mut tokens = HashMap::new();
+    for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (token, owner) = pair.split_once('=').ok_or("expected token=owner pairs")?;
+        if token.len() < 8 {
+            return Err("every token needs at least 8 characters".to_owned());
+        }
+        let owner = Owner::parse(owner.trim()).map_err(|e| e.to_string())?;
+        tokens.insert(token.trim().to_owned(), owner);
+    }
+    if tokens.is_empty() {
+        return Err("at least one token=owner pair is needed".to_owned());
+    }
+    Ok(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_map_to_owners() {
+        let tokens = parse_tokens("alice-token=alice, bob-token-1=bob").expect("valid");
+        assert_eq!(tokens["alice-token"].as_str(), "alice");
+        assert_eq!(tokens["bob-token-1"].as_str(), "bob");
+        assert!(parse_tokens("short=alice").is_err());
+        assert!(parse_tokens("no-owner-here").is_err());
+        assert!(parse_tokens("").is_err());
+    }
+}

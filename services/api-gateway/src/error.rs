@@ -1,0 +1,104 @@
+//! API errors: one JSON shape, `{"error": {"code": "...", "message": "..."}}`, for every
+//! failure. Client errors log at warn, server errors at error, and a server error's body
+//! never carries internals.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// Everything a handler can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("{0}")]
+    Invalid(String, &'static str),
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("request body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("a dependency is unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Unexpected(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    /// A 422 for input that parsed but is not acceptable.
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Invalid(message.into(), code)
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest { code, message: message.into() }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::Invalid(_, code) => (StatusCode::UNPROCESSABLE_ENTITY, code),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Unexpected(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<maestro_db::DbError> for ApiError {
+    fn from(e: maestro_db::DbError) -> Self {
+        match e {
+            maestro_db::DbError::Sqlx(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) => {
+                ApiError::Unavailable("the database".to_owned())
+            }
+            other => ApiError::Unexpected(other.into()),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::JsonDataError(e) => ApiError::invalid("invalid_request", e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => ApiError::bad_request("invalid_json", e.body_text()),
+            JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType(
+                "send the body as JSON with Content-Type: application/json".to_owned(),
+            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(0),
+            other => ApiError::bad_request("invalid_body", other.body_text()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            ApiError::Unexpected(e) => {
+                tracing::error!(error = format!("{e:#}"), "request failed");
+                "internal error; it was logged, and retrying may help".to_owned()
+            }
+            ApiError::TooLarge(0) => "request body is too large".to_owned(),
+            other => {
+                if status.is_server_error() {
+                    tracing::error!(error = %other, "request failed");
+                } else {
+                    tracing::warn!(code, error = %other, "request refused");
+                }
+                other.to_string()
+            }
+        };
+        (status, Json(json!({"error": {"code": code, "message": message}}))).into_response()
+    }
+}

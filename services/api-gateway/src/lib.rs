@@ -1,0 +1,14 @@
+//! The API gateway: MAESTRO's HTTP edge. REST for tasks and webhooks, SSE streams of a task's
+//! events and live deltas, authentication by bearer token, and validation: bad input gets a
+//! 4xx JSON error and changes nothing.
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod json;
+pub mod routes;
+pub mod views;
+
+pub use app::{AppState, router, serve};
+pub use config::Settings;

@@ -1,0 +1,129 @@
+//! `/api/webhooks`: the caller's webhook subscriptions. Deliveries are signed per Standard
+//! Webhooks with the subscription's secret, which is shown only in the creating response.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use chrono::Utc;
+use maestro_db::webhooks::Subscription;
+use maestro_domain::WebhookId;
+use maestro_domain::notification::NotificationType;
+use maestro_domain::webhook::WebhookSecret;
+use serde::{Deserialize, Serialize};
+
+use super::parse_id;
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::json::ApiJson;
+use crate::views::WebhookJson;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhook {
+    url: String,
+    /// Notification types to receive; all when absent.
+    #[serde(default)]
+    event_types: Option<Vec<String>>,
+    /// A `whsec_…` secret; generated when absent.
+    #[serde(default)]
+    secret: Option<String>,
+}
+
+fn validate_url(url: &str) -> Result<(), ApiError> {
+    let parsed = parse_http_url(url).ok_or_else(|| ApiError::invalid("invalid_url", "url is an absolute http or https URL"))?;
+    if parsed.len() > 2048 {
+        return Err(ApiError::invalid("invalid_url", "url is longer than 2048 characters"));
+    }
+    Ok(())
+}
+
+/// A light check: `http(s)://host[:port][/path]`, no spaces or control characters.
+fn parse_http_url(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
+    let host = rest.split(['/', '?', '#']).next()?;
+    let host_ok = !host.is_empty() && !host.starts_with(':') && !host.contains('@');
+    let chars_ok = url.chars().all(|c| c.is_ascii_graphic());
+    (host_ok && chars_ok).then_some(url)
+}
+
+/// `POST /api/webhooks`
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    ApiJson(body): ApiJson<CreateWebhook>,
+) -> Result<(StatusCode, Json<WebhookJson>), ApiError> {
+    validate_url(&body.url)?;
+    let event_types = match body.event_types {
+        None => NotificationType::ALL.iter().map(|t| t.as_str().to_owned()).collect(),
+        Some(types) if types.is_empty() => {
+            return Err(ApiError::invalid("invalid_event_types", "event_types must not be empty"));
+        }
+        Some(types) => {
+            for t in &types {
+                if NotificationType::parse(t).is_none() {
+                    let known: Vec<&str> = NotificationType::ALL.iter().map(|t| t.as_str()).collect();
+                    let message = format!("unknown event type {t:?}; known: {}", known.join(", "));
+                    return Err(ApiError::invalid("invalid_event_types", message));
+                }
+            }
+            let mut types = types;
+            types.sort();
+            types.dedup();
+            types
+        }
+    };
+    let secret = match body.secret.as_deref() {
+        None => WebhookSecret::generate(),
+        Some(raw) => WebhookSecret::parse(raw).map_err(|e| ApiError::invalid("invalid_secret", e.to_string()))?,
+    };
+    let sub = Subscription {
+        id: WebhookId::new(),
+        url: body.url,
+        secret: secret.expose(),
+        event_types,
+        created_at: Utc::now(),
+    };
+    maestro_db::webhooks::create(&state.pool, &owner, &sub).await?;
+    tracing::info!(webhook_id = %sub.id, url = %sub.url, "webhook subscription created");
+    Ok((StatusCode::CREATED, Json(WebhookJson::new(sub, true))))
+}
+
+#[derive(Debug, Serialize)]
+pub struct WebhookList {
+    webhooks: Vec<WebhookJson>,
+}
+
+/// `GET /api/webhooks`
+pub async fn list(State(state): State<AppState>, Caller(owner): Caller) -> Result<Json<WebhookList>, ApiError> {
+    let subs = maestro_db::webhooks::list(&state.pool, &owner).await?;
+    Ok(Json(WebhookList { webhooks: subs.into_iter().map(|s| WebhookJson::new(s, false)).collect() }))
+}
+
+/// `DELETE /api/webhooks/{id}`
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id: WebhookId = parse_id(&id, "webhook")?;
+    if maestro_db::webhooks::delete(&state.pool, &owner, id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("webhook"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_absolute_http_urls_are_accepted() {
+        assert!(validate_url("http://127.0.0.1:9000/hook").is_ok());
+        assert!(validate_url("https://example.com").is_ok());
+        for bad in ["ftp://x", "example.com/hook", "http://", "http:///x", "http://a b/", "http://u@evil/"] {
+            assert!(validate_url(bad).is_err(), "{bad} should be refused");
+        }
+    }
+}

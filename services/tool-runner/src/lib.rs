@@ -1,0 +1,11 @@
+//! The tool-runner: executes tool calls for the worker, over NATS request/reply on
+//! `<prefix>.tools.exec` (queue group `tool-runners`, so instances share the load). Each call
+//! runs inside its task's workspace directory; paths that would leave it are refused.
+
+pub mod config;
+pub mod server;
+pub mod tools;
+pub mod workspace;
+
+pub use config::Settings;
+pub use server::run;

@@ -1,0 +1,67 @@
+//! Settings of the worker, from the environment.
+
+use std::time::Duration;
+
+use maestro_llm::LlmConfig;
+use maestro_runtime::env::CommonSettings;
+use maestro_runtime::{ConfigError, Env};
+
+/// How the worker runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub common: CommonSettings,
+    /// Identifies this worker in job rows and logs.
+    pub worker_id: String,
+    /// The dispatch profile this worker serves (`<prefix>.jobs.dispatch.<profile>`).
+    pub profile: String,
+    /// Jobs run at once by this process.
+    pub concurrency: usize,
+    /// JetStream `ack_wait` of the jobs consumer; also the job lease, renewed at a third of it.
+    pub ack_wait: Duration,
+    /// JetStream `max_deliver` of the jobs consumer.
+    pub max_deliver: i64,
+    pub llm: LlmConfig,
+    /// Model used when a task names none.
+    pub default_model: String,
+    /// LLM iterations one job may take before it fails.
+    pub max_iterations: u32,
+    /// Longest a single tool call may take.
+    pub tool_timeout: Duration,
+    /// First retry delay after a recoverable error; doubled per attempt, with jitter.
+    pub retry_base: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+}
+
+impl Settings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let default_id = format!("worker-{}-{}", std::process::id(), short_random());
+        let profile = env.string("WORKER_PROFILE", "default");
+        if !profile.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(env.invalid("WORKER_PROFILE", "letters, digits, '-' and '_' only"));
+        }
+        Ok(Self {
+            common: CommonSettings::from_env(env)?,
+            worker_id: env.string("WORKER_ID", &default_id),
+            profile,
+            concurrency: env.parse("WORKER_CONCURRENCY", 32)?,
+            ack_wait: env.millis("JOB_ACK_WAIT_MS", Duration::from_secs(30))?,
+            max_deliver: env.parse("JOB_MAX_DELIVER", 20)?,
+            llm: LlmConfig {
+                base_url: env.string("LLM_BASE_URL", "http://127.0.0.1:8000/v1"),
+                api_key: env.opt("LLM_API_KEY"),
+                connect_timeout: env.millis("LLM_CONNECT_TIMEOUT_MS", Duration::from_secs(5))?,
+                idle_timeout: env.millis("LLM_IDLE_TIMEOUT_MS", Duration::from_secs(120))?,
+            },
+            default_model: env.string("LLM_MODEL", "scripted"),
+            max_iterations: env.parse("MAX_ITERATIONS", 30)?,
+            tool_timeout: env.millis("TOOL_TIMEOUT_MS", Duration::from_secs(60))?,
+            retry_base: env.millis("RETRY_BASE_MS", Duration::from_secs(1))?,
+            retry_max: env.millis("RETRY_MAX_MS", Duration::from_secs(60))?,
+        })
+    }
+}
+
+fn short_random() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}

@@ -1,0 +1,66 @@
+//! Publishing live deltas of the message being generated. Each delta gets the stream id
+//! `<after_seq>.<n>` (see `maestro_domain::StreamId`) and goes to the deltas stream, where it
+//! stays for a short retention so reconnecting clients can catch up. Deltas are best-effort:
+//! the merged message event is the durable record.
+
+use async_nats::jetstream::{self, context::PublishAckFuture};
+use bytes::Bytes;
+use maestro_domain::{JobId, StreamId, TaskId};
+use maestro_messaging::payloads::{Delta, DeltaFragment};
+
+/// Numbers and publishes the deltas of one job.
+pub struct DeltaPublisher {
+    js: jetstream::Context,
+    subject: String,
+    task_id: TaskId,
+    job_id: JobId,
+    after_seq: i64,
+    n: u64,
+    acks: Vec<PublishAckFuture>,
+}
+
+impl std::fmt::Debug for DeltaPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeltaPublisher")
+            .field("subject", &self.subject)
+            .field("after_seq", &self.after_seq)
+            .field("n", &self.n)
+            .finish()
+    }
+}
+
+impl DeltaPublisher {
+    pub fn new(js: jetstream::Context, subject: String, task_id: TaskId, job_id: JobId, after_seq: i64) -> Self {
+        Self { js, subject, task_id, job_id, after_seq, n: 0, acks: Vec::new() }
+    }
+
+    /// A new event was committed: later deltas follow it.
+    pub fn committed(&mut self, last_seq: i64) {
+        if last_seq != self.after_seq {
+            self.after_seq = last_seq;
+            self.n = 0;
+        }
+    }
+
+    pub async fn publish(&mut self, fragment: DeltaFragment) {
+        self.n += 1;
+        let id = StreamId::delta(self.after_seq, self.n).to_string();
+        let delta = Delta { id, task_id: self.task_id, job_id: self.job_id, fragment };
+        let Ok(payload) = serde_json::to_vec(&delta) else { return };
+        let msg_id = format!("delta:{}:{}", self.task_id, delta.id);
+        let headers = maestro_messaging::publish::headers(&msg_id, &[]);
+        match self.js.publish_with_headers(self.subject.clone(), headers, Bytes::from(payload)).await {
+            Ok(ack) => self.acks.push(ack),
+            Err(e) => tracing::warn!(error = %e, "cannot publish a delta"),
+        }
+    }
+
+    /// Wait until the stream has stored the deltas sent so far.
+    pub async fn flush(&mut self) {
+        for ack in self.acks.drain(..) {
+            if let Err(e) = ack.await {
+                tracing::warn!(error = %e, "a delta was not stored");
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The jobs consumer's handler: claim, run, and turn the result into an [`Outcome`] for the
+//! consumer runner. The dispatch is acknowledged only after the job's state is committed.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use maestro_db::jobs::{self, Claimed, Fence, NotClaimed};
+use maestro_messaging::payloads::JobDispatch;
+use maestro_messaging::{Delivery, Handler, Outcome};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+pub use crate::agent::Shared as Deps;
+use crate::agent::{self, JobEnd, JobError};
+
+/// Handles job dispatches.
+#[derive(Debug)]
+pub struct JobHandler {
+    deps: Deps,
+}
+
+impl JobHandler {
+    pub fn new(deps: Deps) -> Self {
+        Self { deps }
+    }
+
+    fn lease(&self) -> Duration {
+        self.deps.settings.ack_wait
+    }
+
+    async fn claim(&self, dispatch: &JobDispatch) -> Result<Claimed, Outcome> {
+        let settings = &self.deps.settings;
+        match jobs::claim(&self.deps.pool, dispatch.job_id, &settings.worker_id, self.lease()).await {
+            Ok(Ok(claimed)) => Ok(claimed),
+            Ok(Err(NotClaimed::Leased { lease_expires_at })) => {
+                // Someone else holds it; look again when that lease runs out.
+                Err(Outcome::Retry(until(lease_expires_at) + Duration::from_millis(100)))
+            }
+            Ok(Err(NotClaimed::RetryLater { next_retry_at })) => Err(Outcome::Retry(until(next_retry_at))),
+            Ok(Err(NotClaimed::Missing | NotClaimed::Settled(_))) => Err(Outcome::Done),
+            Err(e) => {
+                tracing::warn!(error = %e, "claim failed; will retry");
+                Err(Outcome::Retry(Duration::from_secs(1)))
+            }
+        }
+    }
+}
+
+impl Handler for JobHandler {
+    async fn handle(&self, delivery: &Delivery) -> Outcome {
+        let dispatch: JobDispatch = match delivery.json() {
+            Ok(dispatch) => dispatch,
+            Err(e) => return Outcome::Poison(format!("malformed dispatch: {e}")),
+        };
+        let claimed = match self.claim(&dispatch).await {
+            Ok(claimed) => claimed,
+            Err(outcome) => return outcome,
+        };
+        let span = tracing::info_span!(
+            "job",
+            task_id = %claimed.task_id,
+            job_id = %claimed.job_id,
+            attempt = claimed.attempt
+        );
+        self.run_claimed(claimed).instrument(span).await
+    }
+
+    async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
+        let letter = maestro_db::dead_letters::DeadLetter {
+            consumer: "jobs",
+            subject: &delivery.message.subject,
+            payload: &delivery.message.payload,
+            reason,
+            attempts: delivery.attempt as i32,
+        };
+        if let Err(e) = maestro_db::dead_letters::record(&self.deps.pool, letter).await {
+            tracing::error!(error = %e, reason, "cannot record a dead letter");
+        }
+    }
+}
+
+impl JobHandler {
+    async fn run_claimed(&self, claimed: Claimed) -> Outcome {
+        tracing::info!(worker_id = %self.deps.settings.worker_id, "job claimed");
+        let lost = CancellationToken::new();
+        let fence = Fence { job_id: claimed.job_id, attempt: claimed.attempt };
+        let keeper = tokio::spawn(keep_lease(self.deps.pool.clone(), fence, self.lease(), lost.clone()));
+        let result = agent::run(&self.deps, &claimed, lost).await;
+        keeper.abort();
+        match result {
+            Ok(JobEnd::Settled(_)) | Ok(JobEnd::Fenced) => Outcome::Done,
+            Ok(JobEnd::Retry(delay)) => Outcome::Retry(delay),
+            Err(JobError::Fenced(_)) => {
+                tracing::warn!("lost the job to another attempt; stopped without writing");
+                Outcome::Done
+            }
+            Err(e) => {
+                // The job stays `running` under this lease; it is claimable once the lease
+                // expires, which is when the redelivery will find it.
+                tracing::error!(error = %e, "job interrupted");
+                Outcome::Retry(self.lease())
+            }
+        }
+    }
+}
+
+/// Renew the lease at a third of its length; fire `lost` if the job is no longer ours.
+async fn keep_lease(pool: maestro_db::PgPool, fence: Fence, lease: Duration, lost: CancellationToken) {
+    let mut ticker = tokio::time::interval(lease / 3);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        match jobs::extend_lease(&pool, fence, lease).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                lost.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot renew the job lease"),
+        }
+    }
+}
+
+fn until(at: chrono::DateTime<Utc>) -> Duration {
+    (at - Utc::now()).to_std().unwrap_or_default()
+}

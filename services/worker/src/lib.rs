@@ -1,0 +1,62 @@
+//! The worker: pulls job dispatches from JetStream, claims each job atomically in Postgres,
+//! runs its agent loop against the LLM (streaming deltas live, executing tools through the
+//! tool-runner), commits every message and tool result as events, and acknowledges the
+//! dispatch only after the job's new state is committed.
+
+pub mod agent;
+pub mod config;
+pub mod conversation;
+pub mod deltas;
+pub mod handler;
+pub mod retry;
+pub mod tool_client;
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use maestro_messaging::setup::{self, ConsumerSettings, StreamSettings};
+use maestro_messaging::{RunnerConfig, Subjects};
+use tokio_util::sync::CancellationToken;
+
+pub use config::Settings;
+
+/// Run the worker until `shutdown` is cancelled; jobs in flight are finished first.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
+    let pool = maestro_db::connect(&settings.common.database_url, settings.common.db_max_connections)
+        .await
+        .context("connect to Postgres")?;
+    if settings.common.migrate_on_start {
+        maestro_db::migrate(&pool).await.context("apply migrations")?;
+    }
+    let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-worker")
+        .await
+        .context("connect to NATS")?;
+    let js = async_nats::jetstream::new(nats.clone());
+    setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+    let consumer_settings = ConsumerSettings {
+        ack_wait: settings.ack_wait,
+        max_deliver: settings.max_deliver,
+        max_ack_pending: 10_000,
+    };
+    let consumer = setup::jobs_consumer(&js, &subjects, &settings.profile, &consumer_settings).await?;
+    let llm = maestro_llm::LlmClient::new(settings.llm.clone()).context("build the LLM client")?;
+    let runner = RunnerConfig {
+        name: "jobs",
+        concurrency: settings.concurrency,
+        heartbeat: settings.ack_wait / 3,
+        max_deliver: settings.max_deliver,
+        fetch_expires: std::time::Duration::from_secs(5),
+    };
+    let handler = Arc::new(handler::JobHandler::new(handler::Deps {
+        pool,
+        nats,
+        js,
+        subjects,
+        llm,
+        settings: Arc::new(settings),
+    }));
+    maestro_runtime::announce_ready("worker", None);
+    maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! Jobs: the atomic claim, fenced appends of events with an optional state change, lease
+//! extension, and the scans the scheduler uses.
+//!
+//! Fencing: every claim increments `attempt`; a worker writes only with the attempt it
+//! claimed and only while the job is `running`. A worker that lost its lease (and so its
+//! attempt) to another cannot write anything for the job any more.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use maestro_domain::{EventBody, JobId, JobStatus, TaskId, WaitReason};
+use sqlx::PgPool;
+
+use crate::DbError;
+use crate::tasks::parse_status;
+
+/// A job this worker now holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub job_id: JobId,
+    pub task_id: TaskId,
+    pub job_no: i32,
+    /// This claim's attempt number, the fencing token for every later write.
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub profile: String,
+    /// Task-wide seq of the `running` event this claim wrote.
+    pub claim_seq: i64,
+    pub owner: String,
+    pub instruction: String,
+    pub piece: String,
+    pub model: Option<String>,
+}
+
+/// Why a job could not be claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotClaimed {
+    /// No such job.
+    Missing,
+    /// Another worker holds it until the lease expires.
+    Leased { lease_expires_at: DateTime<Utc> },
+    /// Its retry time has not come.
+    RetryLater { next_retry_at: DateTime<Utc> },
+    /// Terminal or waiting: nothing to run.
+    Settled(JobStatus),
+}
+
+/// Claim the job: `queued`, a due `retry`, or `running` under an expired lease becomes
+/// `running` under this worker, with a `running` event, in one statement.
+pub async fn claim(
+    pool: &PgPool,
+    job_id: JobId,
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Result<Claimed, NotClaimed>, DbError> {
+    let row = sqlx::query!(
+        r#"
+        WITH j AS (
+            UPDATE jobs
+               SET status = 'running', attempt = attempt + 1, worker_id = $2,
+                   lease_expires_at = now() + make_interval(secs => $3),
+                   started_at = COALESCE(started_at, now()), next_retry_at = NULL,
+                   wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now()
+             WHERE id = $1
+               AND (status = 'queued'
+                    OR (status = 'retry' AND next_retry_at <= now() + interval '1 second')
+                    OR (status = 'running' AND lease_expires_at < now()))
+         RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq
+        ), t AS (
+            UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
+              FROM j WHERE tasks.id = j.task_id
+         RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece, tasks.model
+        ), e AS (
+            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+            SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
+                   jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
+              FROM j, t
+        )
+        SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile,
+               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model
+          FROM j, t
+        "#,
+        job_id.0,
+        worker_id,
+        lease.as_secs_f64(),
+    )
+    .fetch_optional(pool)
+    .await?;
+    if let Some(r) = row {
+        return Ok(Ok(Claimed {
+            job_id: JobId(r.id),
+            task_id: TaskId(r.task_id),
+            job_no: r.job_no,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            profile: r.profile,
+            claim_seq: r.claim_seq,
+            owner: r.owner,
+            instruction: r.instruction,
+            piece: r.piece,
+            model: r.model,
+        }));
+    }
+    let state = sqlx::query!(
+        "SELECT status, lease_expires_at, next_retry_at FROM jobs WHERE id = $1",
+        job_id.0
+    )
+    .fetch_optional(pool)
+    .await?;
+    let Some(state) = state else { return Ok(Err(NotClaimed::Missing)) };
+    let status = parse_status(&state.status)?;
+    Ok(Err(match (status, state.lease_expires_at, state.next_retry_at) {
+        (JobStatus::Running, Some(lease_expires_at), _) => NotClaimed::Leased { lease_expires_at },
+        (JobStatus::Retry, _, Some(next_retry_at)) => NotClaimed::RetryLater { next_retry_at },
+        (status, _, _) => NotClaimed::Settled(status),
+    }))
+}
+
+/// The holder of a job: only writes made with the claimed attempt are accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub job_id: JobId,
+    pub attempt: i32,
+}
+
+/// A state change to commit together with events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub to: JobStatus,
+    pub wait_reason: Option<WaitReason>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+impl Transition {
+    pub fn to(to: JobStatus) -> Self {
+        Self { to, wait_reason: None, result: None, error: None, next_retry_at: None }
+    }
+}
+
+/// The job is no longer held under this fence (another worker claimed it, or it was
+/// cancelled): the caller must stop working on it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("job {0} is no longer held by this attempt")]
+pub struct Fenced(pub JobId);
+
+/// Append events (and optionally change the job's state) in one statement, fenced by the
+/// claim. Returns the task-wide seq of the first appended event. A `tool_call` event's
+/// `message_seq` is filled in here: the seq of the `message` event before it in `events`.
+pub async fn append(
+    pool: &PgPool,
+    fence: Fence,
+    events: &[EventBody],
+    transition: Option<&Transition>,
+) -> Result<Result<i64, Fenced>, DbError> {
+    let kinds: Vec<String> = events.iter().map(|e| e.kind().as_str().to_owned()).collect();
+    let payloads: Vec<serde_json::Value> = events.iter().map(EventBody::payload).collect();
+    let to = transition.map(|t| t.to.as_str());
+    let row = sqlx::query!(
+        r#"
+        WITH j AS (
+            UPDATE jobs
+               SET last_job_seq = last_job_seq + cardinality($3::text[]),
+                   status = COALESCE($5, status),
+                   wait_reason = CASE WHEN $5::text IS NULL THEN wait_reason ELSE $6 END,
+                   result = COALESCE($7, result),
+                   error = COALESCE($8, error),
+                   next_retry_at = CASE WHEN $5::text IS NULL THEN next_retry_at ELSE $9 END,
+                   lease_expires_at = CASE WHEN $5::text IS NULL THEN lease_expires_at END,
+                   finished_at = CASE WHEN $5 IN ('succeeded', 'failed', 'cancelled') THEN now()
+                                      ELSE finished_at END,
+                   updated_at = now()
+             WHERE id = $1 AND attempt = $2 AND status = 'running'
+         RETURNING id, task_id, last_job_seq - cardinality($3::text[]) AS base
+        ), t AS (
+            UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]), updated_at = now()
+              FROM j WHERE tasks.id = j.task_id
+         RETURNING tasks.id, tasks.last_seq - cardinality($3::text[]) AS base
+        ), e AS (
+            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+            SELECT t.id, t.base + x.ord, j.id, j.base + x.ord, x.kind,
+                   -- A tool call links to the assistant message before it in the batch.
+                   CASE WHEN x.kind = 'tool_call' THEN x.payload || jsonb_build_object(
+                            'message_seq', COALESCE(
+                                t.base + (SELECT max(m.ord)
+                                            FROM unnest($3::text[]) WITH ORDINALITY AS m(kind, ord)
+                                           WHERE m.kind = 'message' AND m.ord < x.ord),
+                                (x.payload ->> 'message_seq')::bigint))
+                        ELSE x.payload END
+              FROM j, t, unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
+        )
+        SELECT t.base AS "base!" FROM t
+        "#,
+        fence.job_id.0,
+        fence.attempt,
+        &kinds,
+        &payloads,
+        to,
+        transition.and_then(|t| t.wait_reason).map(|w| w.as_str()),
+        transition.and_then(|t| t.result.as_deref()),
+        transition.and_then(|t| t.error.as_deref()),
+        transition.and_then(|t| t.next_retry_at),
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(match row {
+        Some(r) => Ok(r.base + 1),
+        None => Err(Fenced(fence.job_id)),
+    })
+}
+
+/// Push the lease of a held job forward. `Err(Fenced)` when it is no longer held.
+pub async fn extend_lease(pool: &PgPool, fence: Fence, lease: Duration) -> Result<Result<(), Fenced>, DbError> {
+    let done = sqlx::query!(
+        r#"
+        UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+         WHERE id = $1 AND attempt = $2 AND status = 'running'
+        "#,
+        fence.job_id.0,
+        fence.attempt,
+        lease.as_secs_f64(),
+    )
+    .execute(pool)
+    .await?;
+    Ok(if done.rows_affected() == 1 { Ok(()) } else { Err(Fenced(fence.job_id)) })
+}
+
+/// A job the scheduler should dispatch again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stalled {
+    pub job_id: JobId,
+    pub task_id: TaskId,
+    pub attempt: i32,
+    pub profile: String,
+}
+
+/// Jobs that should be running but have not been picked up for `grace`: `queued` ones whose
+/// dispatch may never have reached the stream, `retry` ones whose time has come, and
+/// `running` ones whose lease expired. Each is marked as seen (its `updated_at` moves), so the
+/// next scan skips it for another `grace`.
+pub async fn take_stalled(pool: &PgPool, grace: Duration, limit: i64) -> Result<Vec<Stalled>, DbError> {
+    let rows = sqlx::query!(
+        r#"
+        UPDATE jobs SET updated_at = now()
+         WHERE id IN (
+            SELECT id FROM jobs
+             WHERE (status = 'queued' AND updated_at < now() - make_interval(secs => $1))
+                OR (status = 'retry' AND next_retry_at < now() - make_interval(secs => $1)
+                    AND updated_at < now() - make_interval(secs => $1))
+                OR (status = 'running' AND lease_expires_at < now() - make_interval(secs => $1)
+                    AND updated_at < now() - make_interval(secs => $1))
+             ORDER BY updated_at
+             LIMIT $2
+             FOR UPDATE SKIP LOCKED)
+        RETURNING id, task_id, attempt, profile
+        "#,
+        grace.as_secs_f64(),
+        limit
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Stalled {
+            job_id: JobId(r.id),
+            task_id: TaskId(r.task_id),
+            attempt: r.attempt,
+            profile: r.profile,
+        })
+        .collect())
+}

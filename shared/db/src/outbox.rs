@@ -1,0 +1,48 @@
+//! The transactional outbox. Rows are inserted by the statements that change state (events
+//! get theirs from a trigger); the relay takes a batch under `FOR UPDATE SKIP LOCKED`,
+//! publishes it and deletes it in the same transaction, so a crash between publish and delete
+//! only re-publishes, and JetStream drops the duplicate by `msg_id`.
+
+use sqlx::{PgConnection, PgPool};
+
+use crate::DbError;
+
+/// The channel the outbox trigger notifies on every insert.
+pub const CHANNEL: &str = "maestro_outbox";
+
+/// A message waiting to be published on `<prefix>.<topic>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub topic: String,
+    pub msg_id: String,
+    pub payload: serde_json::Value,
+    pub traceparent: Option<String>,
+}
+
+/// Lock and return the oldest unpublished rows (skipping rows another relay holds).
+pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, DbError> {
+    let rows = sqlx::query_as!(
+        OutboxRow,
+        r#"
+        SELECT id, topic, msg_id, payload, traceparent FROM outbox
+         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+        "#,
+        limit
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows)
+}
+
+/// Remove published rows.
+pub async fn delete(conn: &mut PgConnection, ids: &[i64]) -> Result<(), DbError> {
+    sqlx::query!("DELETE FROM outbox WHERE id = ANY($1)", ids).execute(conn).await?;
+    Ok(())
+}
+
+/// Rows not yet published (for readiness and metrics).
+pub async fn backlog(pool: &PgPool) -> Result<i64, DbError> {
+    let n = sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM outbox"#).fetch_one(pool).await?;
+    Ok(n)
+}

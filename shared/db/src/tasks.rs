@@ -1,0 +1,211 @@
+//! Tasks: creation (with their first job, in one statement), lookup and listing, always
+//! scoped to the owner so one user never reads another's tasks.
+
+use chrono::{DateTime, Utc};
+use maestro_domain::{JobId, JobStatus, Owner, TaskId, WaitReason};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::DbError;
+
+/// What a new task is made of.
+#[derive(Debug, Clone)]
+pub struct NewTask<'a> {
+    pub id: TaskId,
+    pub job_id: JobId,
+    pub owner: &'a Owner,
+    pub instruction: &'a str,
+    pub piece: &'a str,
+    pub model: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+    /// Hash of the request that created the task, to tell a retry from a conflicting reuse
+    /// of the same idempotency key.
+    pub request_hash: &'a str,
+    pub profile: &'a str,
+    pub max_attempts: i32,
+}
+
+/// A task with its latest job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskView {
+    pub id: TaskId,
+    pub instruction: String,
+    pub piece: String,
+    pub model: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub latest_job: Option<JobView>,
+}
+
+/// The state of a job as the API shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobView {
+    pub id: JobId,
+    pub job_no: i32,
+    pub status: JobStatus,
+    pub wait_reason: Option<WaitReason>,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub next_retry_at: Option<DateTime<Utc>>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Insert the task, its instruction comment, its first job (`queued`) and that job's first
+/// event, in one statement. Returns `false`, writing nothing, when the owner already used
+/// this idempotency key.
+pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<bool, DbError> {
+    let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
+    let row = sqlx::query!(
+        r#"
+        WITH task AS (
+            INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key,
+                               request_hash, last_seq, job_count)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1)
+            ON CONFLICT (owner, idempotency_key) DO NOTHING
+            RETURNING id
+        ), comment AS (
+            INSERT INTO comments (id, task_id, author, kind, body, job_id)
+            SELECT $8, task.id, $2, 'instruction', $3, $9 FROM task
+        ), job AS (
+            INSERT INTO jobs (id, task_id, job_no, status, profile, max_attempts, last_job_seq)
+            SELECT $9, task.id, 1, 'queued', $10, $11, 1 FROM task
+            RETURNING id, task_id
+        ), event AS (
+            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+            SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job
+        )
+        SELECT id FROM task
+        "#,
+        new.id.0,
+        new.owner.as_str(),
+        new.instruction,
+        new.piece,
+        new.model,
+        new.idempotency_key,
+        new.request_hash,
+        Uuid::now_v7(),
+        new.job_id.0,
+        new.profile,
+        new.max_attempts,
+        queued,
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// The task an owner created with `key`, and the hash of the request that created it.
+pub async fn find_by_idempotency_key(
+    pool: &PgPool,
+    owner: &Owner,
+    key: &str,
+) -> Result<Option<(TaskId, Option<String>)>, DbError> {
+    let row = sqlx::query!(
+        "SELECT id, request_hash FROM tasks WHERE owner = $1 AND idempotency_key = $2",
+        owner.as_str(),
+        key
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| (TaskId(r.id), r.request_hash)))
+}
+
+/// Whether `owner` owns task `id`.
+pub async fn exists(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<bool, DbError> {
+    let row = sqlx::query!("SELECT 1 AS one FROM tasks WHERE id = $1 AND owner = $2", id.0, owner.as_str())
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.is_some())
+}
+
+/// One task of `owner`, with its latest job.
+pub async fn get(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<Option<TaskView>, DbError> {
+    Ok(query_views(pool, owner, Some(id), None, 1).await?.pop())
+}
+
+/// A page of `owner`'s tasks, newest first, strictly older than `before` when given.
+pub async fn list(
+    pool: &PgPool,
+    owner: &Owner,
+    before: Option<TaskId>,
+    limit: i64,
+) -> Result<Vec<TaskView>, DbError> {
+    query_views(pool, owner, None, before, limit).await
+}
+
+async fn query_views(
+    pool: &PgPool,
+    owner: &Owner,
+    id: Option<TaskId>,
+    before: Option<TaskId>,
+    limit: i64,
+) -> Result<Vec<TaskView>, DbError> {
+    let rows = sqlx::query!(
+        r#"
+        SELECT t.id, t.instruction, t.piece, t.model, t.created_at, t.updated_at,
+               j.id AS "job_id?", j.job_no AS "job_no?", j.status AS "status?",
+               j.wait_reason, j.attempt AS "attempt?", j.max_attempts AS "max_attempts?",
+               j.next_retry_at, j.result, j.error, j.created_at AS "job_created_at?",
+               j.started_at, j.finished_at
+          FROM tasks t
+          LEFT JOIN LATERAL (SELECT * FROM jobs WHERE jobs.task_id = t.id
+                              ORDER BY job_no DESC LIMIT 1) j ON true
+         WHERE t.owner = $1
+           AND ($2::uuid IS NULL OR t.id = $2)
+           AND ($3::uuid IS NULL OR t.id < $3)
+         ORDER BY t.id DESC
+         LIMIT $4
+        "#,
+        owner.as_str(),
+        id.map(|i| i.0),
+        before.map(|b| b.0),
+        limit
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            let latest_job = match (r.job_id, r.job_no, r.status, r.attempt, r.max_attempts, r.job_created_at) {
+                (Some(id), Some(job_no), Some(status), Some(attempt), Some(max_attempts), Some(created_at)) => {
+                    Some(JobView {
+                        id: JobId(id),
+                        job_no,
+                        status: parse_status(&status)?,
+                        wait_reason: r.wait_reason.as_deref().map(parse_wait_reason).transpose()?,
+                        attempt,
+                        max_attempts,
+                        next_retry_at: r.next_retry_at,
+                        result: r.result,
+                        error: r.error,
+                        created_at,
+                        started_at: r.started_at,
+                        finished_at: r.finished_at,
+                    })
+                }
+                _ => None,
+            };
+            Ok(TaskView {
+                id: TaskId(r.id),
+                instruction: r.instruction,
+                piece: r.piece,
+                model: r.model,
+                created_at: r.created_at,
+                updated_at: r.updated_at,
+                latest_job,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn parse_status(s: &str) -> Result<JobStatus, DbError> {
+    s.parse().map_err(|e| DbError::Corrupt(format!("{e}")))
+}
+
+pub(crate) fn parse_wait_reason(s: &str) -> Result<WaitReason, DbError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| DbError::Corrupt(format!("unknown wait reason {s:?}")))
+}

@@ -1,0 +1,198 @@
+//! Events: the ordered, persisted facts about a task's jobs (SPEC §2).
+//!
+//! Every event has a task-wide `seq` (gap-free, in commit order, across all jobs of the task)
+//! and a per-job `job_seq` (gap-free within its job). The same JSON shape is returned by the
+//! events API, sent on SSE streams and published on `<prefix>.events.<task_id>.<kind>`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{JobId, TaskId};
+use crate::job::{JobStatus, WaitReason};
+use crate::message::{Message, Usage};
+
+/// The kind of an event; also the last token of its NATS subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    JobState,
+    Message,
+    ToolCall,
+    ToolResult,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::JobState => "job_state",
+            EventKind::Message => "message",
+            EventKind::ToolCall => "tool_call",
+            EventKind::ToolResult => "tool_result",
+        }
+    }
+}
+
+/// A persisted event as stored, listed and published.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub task_id: TaskId,
+    pub seq: i64,
+    pub job_id: JobId,
+    pub job_seq: i32,
+    pub kind: EventKind,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Event {
+    /// The typed body of this event.
+    pub fn body(&self) -> Result<EventBody, serde_json::Error> {
+        EventBody::from_parts(self.kind, self.payload.clone())
+    }
+}
+
+/// The typed content of an event, before it has a sequence number.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
+pub enum EventBody {
+    JobState(JobStateChange),
+    Message(MessageEvent),
+    ToolCall(ToolCallEvent),
+    ToolResult(ToolResultEvent),
+}
+
+impl EventBody {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            EventBody::JobState(_) => EventKind::JobState,
+            EventBody::Message(_) => EventKind::Message,
+            EventBody::ToolCall(_) => EventKind::ToolCall,
+            EventBody::ToolResult(_) => EventKind::ToolResult,
+        }
+    }
+
+    /// The payload as stored in the `payload` column.
+    pub fn payload(&self) -> Value {
+        let payload = match self {
+            EventBody::JobState(p) => serde_json::to_value(p),
+            EventBody::Message(p) => serde_json::to_value(p),
+            EventBody::ToolCall(p) => serde_json::to_value(p),
+            EventBody::ToolResult(p) => serde_json::to_value(p),
+        };
+        // Serializing these plain structs cannot fail: every field is JSON-representable.
+        payload.unwrap_or(Value::Null)
+    }
+
+    pub fn from_parts(kind: EventKind, payload: Value) -> Result<Self, serde_json::Error> {
+        Ok(match kind {
+            EventKind::JobState => EventBody::JobState(serde_json::from_value(payload)?),
+            EventKind::Message => EventBody::Message(serde_json::from_value(payload)?),
+            EventKind::ToolCall => EventBody::ToolCall(serde_json::from_value(payload)?),
+            EventKind::ToolResult => EventBody::ToolResult(serde_json::from_value(payload)?),
+        })
+    }
+}
+
+/// A job changed state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStateChange {
+    pub status: JobStatus,
+    /// How many times the job has been claimed so far.
+    pub attempt: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_reason: Option<WaitReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+impl JobStateChange {
+    pub fn new(status: JobStatus, attempt: i32) -> Self {
+        Self {
+            status,
+            attempt,
+            wait_reason: None,
+            result: None,
+            error: None,
+            worker_id: None,
+            next_retry_at: None,
+        }
+    }
+}
+
+/// A complete message of the conversation (system, user or assistant). Streaming deltas of an
+/// assistant message are merged into this event when it is persisted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageEvent {
+    #[serde(flatten)]
+    pub message: Message,
+    /// The model that produced an assistant message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+}
+
+impl MessageEvent {
+    pub fn plain(message: Message) -> Self {
+        Self { message, model: None, usage: None, finish_reason: None }
+    }
+}
+
+/// One tool call of an assistant message, linked to the message event that proposed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallEvent {
+    pub call_id: String,
+    pub name: String,
+    /// The raw arguments text the model produced.
+    pub arguments: String,
+    /// `seq` of the assistant message event that holds this call.
+    pub message_seq: i64,
+}
+
+/// The result of a tool call, as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResultEvent {
+    pub call_id: String,
+    pub name: String,
+    pub content: String,
+    pub is_error: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_split_into_kind_and_payload_and_back() {
+        let body = EventBody::ToolResult(ToolResultEvent {
+            call_id: "call_1".into(),
+            name: "read_file".into(),
+            content: "hello".into(),
+            is_error: false,
+        });
+        let (kind, payload) = (body.kind(), body.payload());
+        assert_eq!(kind.as_str(), "tool_result");
+        assert_eq!(payload["content"], "hello");
+        assert_eq!(EventBody::from_parts(kind, payload).expect("parse"), body);
+        let kind_json = serde_json::to_value(kind).expect("json");
+        assert_eq!(kind_json, "tool_result", "serde name matches as_str");
+    }
+
+    #[test]
+    fn message_events_flatten_the_message() {
+        let body = MessageEvent::plain(Message::user("hi"));
+        let json = serde_json::to_value(&body).expect("json");
+        assert_eq!(json, serde_json::json!({"role": "user", "content": "hi"}));
+        let back: MessageEvent = serde_json::from_value(json).expect("parse");
+        assert_eq!(back, body);
+    }
+}

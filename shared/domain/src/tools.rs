@@ -1,0 +1,151 @@
+//! Tool specifications (what the model is offered) and the tool-runner's wire protocol.
+//!
+//! Definitions are rendered in a fixed order with stable bytes: `serde_json` objects keep
+//! their keys sorted, so the same specs always render to the same `tools` array, which the
+//! LLM's prompt cache depends on.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::ids::{JobId, TaskId};
+
+/// Name of the tool that ends a movement successfully.
+pub const COMPLETE: &str = "complete";
+
+/// How safe a tool is to run again (SPEC §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Idempotency {
+    /// Reads only; may run in parallel and be cached.
+    ReadOnly,
+    /// Changes the world, but running it twice leaves the same state.
+    Idempotent,
+    /// Running it twice may do the effect twice.
+    SideEffecting,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+    pub idempotency: Idempotency,
+}
+
+impl ToolSpec {
+    pub fn is_read_only(&self) -> bool {
+        self.idempotency == Idempotency::ReadOnly
+    }
+
+    /// The OpenAI `tools[]` entry for this tool.
+    pub fn to_openai(&self) -> Value {
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            }
+        })
+    }
+}
+
+fn spec(name: &str, description: &str, parameters: Value, idempotency: Idempotency) -> ToolSpec {
+    ToolSpec { name: name.to_owned(), description: description.to_owned(), parameters, idempotency }
+}
+
+/// The file tools the tool-runner executes, in the order they are offered.
+pub fn builtin_tools() -> Vec<ToolSpec> {
+    vec![
+        spec(
+            "read_file",
+            "Read a UTF-8 text file from the task workspace.",
+            json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "Path relative to the workspace root."}},
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+            Idempotency::ReadOnly,
+        ),
+        spec(
+            "write_file",
+            "Create or overwrite a UTF-8 text file in the task workspace; parent directories are created.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Path relative to the workspace root."},
+                    "content": {"type": "string", "description": "The whole new content of the file."}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+            Idempotency::Idempotent,
+        ),
+        spec(
+            "list_files",
+            "List the files and directories under a directory of the task workspace, recursively.",
+            json!({
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "Directory relative to the workspace root; default is the root."}},
+                "additionalProperties": false
+            }),
+            Idempotency::ReadOnly,
+        ),
+    ]
+}
+
+/// The `complete` tool: ends the movement with a result.
+pub fn complete_tool() -> ToolSpec {
+    spec(
+        COMPLETE,
+        "Finish the task. Call it once the work is done, with a short summary of the outcome.",
+        json!({
+            "type": "object",
+            "properties": {"result": {"type": "string", "description": "What was done, for the user."}},
+            "required": ["result"],
+            "additionalProperties": false
+        }),
+        Idempotency::ReadOnly,
+    )
+}
+
+/// A request to the tool-runner (`<prefix>.tools.exec`, request/reply).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolExecRequest {
+    pub task_id: TaskId,
+    pub job_id: JobId,
+    pub call_id: String,
+    /// Stable id of this execution: the same call of the same job always has the same id, so
+    /// external systems can de-duplicate a repeated execution.
+    pub operation_id: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub timeout_ms: u64,
+}
+
+/// The tool-runner's answer. A tool that failed is still an answer (`ok = false`, the model
+/// sees the error text); a missing answer means the tool-runner itself is unavailable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolExecReply {
+    pub ok: bool,
+    pub output: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_definitions_render_to_identical_bytes_every_time() {
+        let render = || {
+            let tools: Vec<Value> = builtin_tools().iter().map(ToolSpec::to_openai).collect();
+            serde_json::to_string(&tools).expect("json")
+        };
+        assert_eq!(render(), render());
+        let names: Vec<String> = builtin_tools().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["read_file", "write_file", "list_files"]);
+    }
+}

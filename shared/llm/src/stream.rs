@@ -1,0 +1,310 @@
+//! The streaming side: chunks of `chat.completion.chunk` JSON become [`StreamEvent`]s, and an
+//! [`Accumulator`] merges them into the final [`Completion`].
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use maestro_domain::{ToolCall, Usage};
+use serde::Deserialize;
+
+use crate::error::LlmError;
+use crate::sse::SseParser;
+
+/// One thing the model streamed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// More answer text.
+    Text(String),
+    /// More reasoning ("thinking") text, from servers that separate it.
+    Thinking(String),
+    /// More of tool call number `index`.
+    ToolCall { index: u32, id: Option<String>, name: Option<String>, arguments: String },
+    /// Why generation stopped.
+    Finish(String),
+    /// Token accounting (sent last when `stream_options.include_usage` is honoured).
+    Usage(Usage),
+    /// The model that actually answered.
+    Model(String),
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// A streaming answer. Call [`ChatStream::next`] until it returns `None`.
+pub struct ChatStream {
+    body: ByteStream,
+    parser: SseParser,
+    pending: VecDeque<StreamEvent>,
+    idle_timeout: Duration,
+    model_seen: bool,
+    done: bool,
+}
+
+impl std::fmt::Debug for ChatStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatStream").field("done", &self.done).finish_non_exhaustive()
+    }
+}
+
+impl ChatStream {
+    pub(crate) fn new(response: reqwest::Response, idle_timeout: Duration) -> Self {
+        Self {
+            body: Box::pin(response.bytes_stream()),
+            parser: SseParser::new(),
+            pending: VecDeque::new(),
+            idle_timeout,
+            model_seen: false,
+            done: false,
+        }
+    }
+
+    /// The next event, `None` once the server has sent `[DONE]`.
+    pub async fn next(&mut self) -> Option<Result<StreamEvent, LlmError>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(Ok(event));
+            }
+            if self.done {
+                return None;
+            }
+            let chunk = match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
+                Err(_) => return Some(Err(LlmError::Idle(self.idle_timeout))),
+                Ok(None) => {
+                    self.done = true;
+                    return Some(Err(LlmError::Truncated));
+                }
+                Ok(Some(Err(e))) => return Some(Err(e.into())),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            for sse in self.parser.feed(&chunk) {
+                if sse.data.trim() == "[DONE]" {
+                    self.done = true;
+                    break;
+                }
+                if sse.data.is_empty() {
+                    continue;
+                }
+                if let Err(e) = self.decode(&sse.data) {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+
+    fn decode(&mut self, data: &str) -> Result<(), LlmError> {
+        let chunk: Chunk = serde_json::from_str(data)
+            .map_err(|e| LlmError::Protocol(format!("{e}: {}", truncate(data, 200))))?;
+        if let Some(error) = chunk.error {
+            return Err(LlmError::Status { status: 500, body: error.to_string(), retry_after: None });
+        }
+        if let (false, Some(model)) = (self.model_seen, chunk.model) {
+            self.model_seen = true;
+            self.pending.push_back(StreamEvent::Model(model));
+        }
+        for choice in chunk.choices {
+            if let Some(text) = choice.delta.reasoning_content.filter(|t| !t.is_empty()) {
+                self.pending.push_back(StreamEvent::Thinking(text));
+            }
+            if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+                self.pending.push_back(StreamEvent::Text(text));
+            }
+            for call in choice.delta.tool_calls {
+                let function = call.function.unwrap_or_default();
+                self.pending.push_back(StreamEvent::ToolCall {
+                    index: call.index,
+                    id: call.id.filter(|id| !id.is_empty()),
+                    name: function.name.filter(|n| !n.is_empty()),
+                    arguments: function.arguments.unwrap_or_default(),
+                });
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.pending.push_back(StreamEvent::Finish(reason));
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            let cached = usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .or(chunk.timings.and_then(|t| t.cache_n))
+                .unwrap_or(0);
+            self.pending.push_back(StreamEvent::Usage(Usage {
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                cached_prompt_tokens: cached,
+            }));
+        }
+        Ok(())
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    /// llama.cpp's own timing block; `cache_n` is the number of prompt tokens reused.
+    #[serde(default)]
+    timings: Option<Timings>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Delta,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<WireToolCall>,
+}
+
+#[derive(Deserialize)]
+struct WireToolCall {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<WireFunction>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Timings {
+    #[serde(default)]
+    cache_n: Option<u64>,
+}
+
+/// The whole answer, once the stream is over.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Completion {
+    pub content: Option<String>,
+    /// Calls in index order. A call whose server sent no id has an empty `id`; the caller
+    /// assigns one.
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    pub model: Option<String>,
+}
+
+/// Merges stream events into a [`Completion`].
+#[derive(Debug, Default)]
+pub struct Accumulator {
+    text: String,
+    calls: Vec<(u32, ToolCall)>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+    model: Option<String>,
+}
+
+impl Accumulator {
+    pub fn push(&mut self, event: &StreamEvent) {
+        match event {
+            StreamEvent::Text(text) => self.text.push_str(text),
+            StreamEvent::Thinking(_) => {}
+            StreamEvent::ToolCall { index, id, name, arguments } => {
+                let call = match self.calls.iter_mut().find(|(i, _)| i == index) {
+                    Some((_, call)) => call,
+                    None => {
+                        self.calls.push((*index, ToolCall::new("", "", "")));
+                        &mut self.calls.last_mut().expect("just pushed").1
+                    }
+                };
+                if let (true, Some(id)) = (call.id.is_empty(), id) {
+                    call.id = id.clone();
+                }
+                if let (true, Some(name)) = (call.function.name.is_empty(), name) {
+                    call.function.name = name.clone();
+                }
+                call.function.arguments.push_str(arguments);
+            }
+            StreamEvent::Finish(reason) => self.finish_reason = Some(reason.clone()),
+            StreamEvent::Usage(usage) => self.usage = Some(*usage),
+            StreamEvent::Model(model) => self.model = Some(model.clone()),
+        }
+    }
+
+    pub fn finish(mut self) -> Completion {
+        self.calls.sort_by_key(|(index, _)| *index);
+        Completion {
+            content: if self.text.is_empty() { None } else { Some(self.text) },
+            tool_calls: self.calls.into_iter().map(|(_, call)| call).collect(),
+            finish_reason: self.finish_reason,
+            usage: self.usage,
+            model: self.model,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_call_fragments_merge_by_index() {
+        let mut acc = Accumulator::default();
+        let events = [
+            StreamEvent::Text("Let me ".into()),
+            StreamEvent::Text("look.".into()),
+            StreamEvent::ToolCall { index: 1, id: Some("b".into()), name: Some("list_files".into()), arguments: "{}".into() },
+            StreamEvent::ToolCall { index: 0, id: Some("a".into()), name: Some("read_file".into()), arguments: "{\"pa".into() },
+            StreamEvent::ToolCall { index: 0, id: None, name: None, arguments: "th\":\"x\"}".into() },
+            StreamEvent::Finish("tool_calls".into()),
+            StreamEvent::Usage(Usage { prompt_tokens: 10, completion_tokens: 3, cached_prompt_tokens: 8 }),
+        ];
+        for event in &events {
+            acc.push(event);
+        }
+        let done = acc.finish();
+        assert_eq!(done.content.as_deref(), Some("Let me look."));
+        assert_eq!(done.tool_calls[0], ToolCall::new("a", "read_file", "{\"path\":\"x\"}"));
+        assert_eq!(done.tool_calls[1], ToolCall::new("b", "list_files", "{}"));
+        assert_eq!(done.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(done.usage.map(|u| u.cached_prompt_tokens), Some(8));
+    }
+}

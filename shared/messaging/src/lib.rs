@@ -1,0 +1,27 @@
+//! MAESTRO's messaging layer over NATS JetStream.
+//!
+//! This crate owns every subject name ([`Subjects`]), the payloads that travel on them
+//! ([`payloads`]), idempotent stream and consumer setup ([`setup`]), publishing with
+//! `Nats-Msg-Id` de-duplication and trace headers ([`publish`]) and the one consumer runner
+//! that turns a handler's [`Outcome`] into `ack`, `nak(delay)` or `term` ([`consumer`]).
+
+pub mod consumer;
+pub mod payloads;
+pub mod publish;
+pub mod setup;
+pub mod subjects;
+pub mod trace;
+
+pub use consumer::{Delivery, Handler, Outcome, RunnerConfig};
+pub use subjects::{InvalidPrefix, Subjects};
+
+/// Connect to NATS with the options every MAESTRO service uses: endless reconnects, a name
+/// that shows up in server monitoring, and a bounded request timeout.
+pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, async_nats::ConnectError> {
+    async_nats::ConnectOptions::new()
+        .name(name)
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connect(url)
+        .await
+}

@@ -1,0 +1,88 @@
+//! Payloads that travel on MAESTRO subjects (JSON). Events and notifications are the domain
+//! types themselves ([`maestro_domain::Event`], [`maestro_domain::notification::Notification`]).
+
+use serde::{Deserialize, Serialize};
+
+use maestro_domain::{DeliveryId, JobId, StreamId, TaskId};
+
+/// "Run this job": published on `<p>.jobs.dispatch.<profile>` with
+/// `Nats-Msg-Id = dispatch:<job_id>:<attempt>`, so re-dispatching the same job state is
+/// de-duplicated by JetStream, and a stale duplicate is harmless because the claim is a
+/// compare-and-set on the job's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDispatch {
+    pub job_id: JobId,
+    pub task_id: TaskId,
+    /// The job's claim count when it was dispatched.
+    pub attempt: i32,
+}
+
+impl JobDispatch {
+    pub fn message_id(&self) -> String {
+        format!("dispatch:{}:{}", self.job_id, self.attempt)
+    }
+}
+
+/// A live fragment of the assistant message being generated, published on
+/// `<p>.deltas.<task_id>.<job_id>`. Never persisted: the merged message event replaces it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    /// Stream position, `"<after_seq>.<n>"` (see [`StreamId`]).
+    pub id: String,
+    pub task_id: TaskId,
+    pub job_id: JobId,
+    #[serde(flatten)]
+    pub fragment: DeltaFragment,
+}
+
+impl Delta {
+    pub fn stream_id(&self) -> Option<StreamId> {
+        self.id.parse().ok()
+    }
+}
+
+/// What a delta adds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum DeltaFragment {
+    /// More assistant text.
+    Text { text: String },
+    /// More of a tool call: its id and name when first seen, then argument text.
+    ToolCall {
+        index: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        #[serde(default)]
+        arguments: String,
+    },
+}
+
+/// "Attempt this webhook delivery": published from the outbox on `<p>.webhooks.deliver`
+/// with `Nats-Msg-Id = delivery:<id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookDelivery {
+    pub delivery_id: DeliveryId,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_serialize_flat_with_a_type_tag() {
+        let delta = Delta {
+            id: "4.2".into(),
+            task_id: TaskId::new(),
+            job_id: JobId::new(),
+            fragment: DeltaFragment::Text { text: "Hel".into() },
+        };
+        let json = serde_json::to_value(&delta).expect("json");
+        assert_eq!(json["type"], "text");
+        assert_eq!(json["text"], "Hel");
+        assert_eq!(delta.stream_id(), Some(StreamId::delta(4, 2)));
+        let back: Delta = serde_json::from_value(json).expect("parse");
+        assert_eq!(back, delta);
+    }
+}

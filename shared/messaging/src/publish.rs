@@ -1,0 +1,62 @@
+//! Publishing to JetStream: every message carries `Nats-Msg-Id` (so a repeated publish of the
+//! same fact is dropped by the stream's duplicate window) and the current trace context, and
+//! the publish is complete only when the stream has acknowledged it.
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, context::PublishAckFuture};
+use bytes::Bytes;
+use serde::Serialize;
+
+/// An error while publishing.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("cannot encode the message: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("JetStream did not accept the message (safe to retry: it is de-duplicated): {0}")]
+    Nats(#[from] async_nats::Error),
+}
+
+/// Headers for a message: its id, trace context, and any extra `(name, value)` pairs.
+pub fn headers(msg_id: &str, extra: &[(&str, &str)]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-Msg-Id", msg_id);
+    for (name, value) in extra {
+        headers.insert(*name, *value);
+    }
+    crate::trace::inject(&mut headers);
+    headers
+}
+
+/// Publish `payload` and wait until the stream has stored it.
+pub async fn publish(
+    js: &jetstream::Context,
+    subject: String,
+    headers: HeaderMap,
+    payload: Bytes,
+) -> Result<(), PublishError> {
+    let ack = start(js, subject, headers, payload).await?;
+    ack.await.map_err(|e| PublishError::Nats(e.into()))?;
+    Ok(())
+}
+
+/// Publish `value` as JSON with id `msg_id`, and wait until the stream has stored it.
+pub async fn publish_json<T: Serialize>(
+    js: &jetstream::Context,
+    subject: String,
+    msg_id: &str,
+    value: &T,
+) -> Result<(), PublishError> {
+    let payload = Bytes::from(serde_json::to_vec(value)?);
+    publish(js, subject, headers(msg_id, &[]), payload).await
+}
+
+/// Send a publish without waiting for the stream's acknowledgement; await the returned future
+/// (later, possibly together with others) to know it was stored.
+pub async fn start(
+    js: &jetstream::Context,
+    subject: String,
+    headers: HeaderMap,
+    payload: Bytes,
+) -> Result<PublishAckFuture, PublishError> {
+    js.publish_with_headers(subject, headers, payload).await.map_err(|e| PublishError::Nats(e.into()))
+}

@@ -1,0 +1,177 @@
+//! Idempotent creation of MAESTRO's streams and durable consumers. Every service calls the
+//! part it needs at start-up; running it again (or from several services at once) leaves the
+//! same streams, and a consumer whose settings changed is updated in place.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use maestro_domain::EventKind;
+
+use crate::subjects::Subjects;
+
+/// An error while creating or updating a stream or consumer.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot create or update stream {name}: {source}")]
+    Stream {
+        name: String,
+        #[source]
+        source: async_nats::Error,
+    },
+    #[error("cannot create or update consumer {name}: {source}")]
+    Consumer {
+        name: String,
+        #[source]
+        source: async_nats::Error,
+    },
+}
+
+/// Retention and de-duplication settings of the streams.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    /// How long JetStream remembers a `Nats-Msg-Id` to drop duplicates.
+    pub duplicate_window: Duration,
+    /// How long published events stay in the events stream (Postgres keeps them forever).
+    pub events_max_age: Duration,
+    /// How long live deltas stay replayable for reconnecting clients.
+    pub deltas_max_age: Duration,
+    /// How long notifications stay in the notify stream for direct subscribers.
+    pub notify_max_age: Duration,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self {
+            duplicate_window: Duration::from_secs(120),
+            events_max_age: Duration::from_secs(24 * 3600),
+            deltas_max_age: Duration::from_secs(15 * 60),
+            notify_max_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// Stream roles, the suffix of their names.
+pub const JOBS: &str = "JOBS";
+pub const EVENTS: &str = "EVENTS";
+pub const DELTAS: &str = "DELTAS";
+pub const NOTIFY: &str = "NOTIFY";
+pub const WEBHOOKS: &str = "WEBHOOKS";
+
+/// Create (or update) every MAESTRO stream.
+pub async fn ensure_streams(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    settings: &StreamSettings,
+) -> Result<(), SetupError> {
+    let p = subjects.prefix();
+    let configs = [
+        stream::Config {
+            name: subjects.stream(JOBS),
+            subjects: vec![subjects.dispatch_all()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            duplicate_window: settings.duplicate_window,
+            ..Default::default()
+        },
+        stream::Config {
+            name: subjects.stream(EVENTS),
+            subjects: vec![format!("{p}.events.>")],
+            max_age: settings.events_max_age,
+            duplicate_window: settings.duplicate_window,
+            ..Default::default()
+        },
+        stream::Config {
+            name: subjects.stream(DELTAS),
+            subjects: vec![format!("{p}.deltas.>")],
+            max_age: settings.deltas_max_age,
+            duplicate_window: settings.duplicate_window.min(settings.deltas_max_age),
+            ..Default::default()
+        },
+        stream::Config {
+            name: subjects.stream(NOTIFY),
+            subjects: vec![format!("{p}.notify.>")],
+            max_age: settings.notify_max_age,
+            duplicate_window: settings.duplicate_window,
+            ..Default::default()
+        },
+        stream::Config {
+            name: subjects.stream(WEBHOOKS),
+            subjects: vec![subjects.webhook_deliver()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            duplicate_window: settings.duplicate_window,
+            ..Default::default()
+        },
+    ];
+    for config in configs {
+        let name = config.name.clone();
+        js.create_or_update_stream(config)
+            .await
+            .map_err(|e| SetupError::Stream { name, source: e.into() })?;
+    }
+    Ok(())
+}
+
+/// Settings of a durable pull consumer.
+#[derive(Debug, Clone)]
+pub struct ConsumerSettings {
+    /// How long a delivered message may stay unacknowledged before it is redelivered.
+    pub ack_wait: Duration,
+    /// Deliveries after which JetStream gives up on a message.
+    pub max_deliver: i64,
+    /// Messages delivered and not yet acknowledged, across all instances.
+    pub max_ack_pending: i64,
+}
+
+/// The durable consumer workers of `profile` pull jobs from.
+pub async fn jobs_consumer(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    profile: &str,
+    settings: &ConsumerSettings,
+) -> Result<consumer::PullConsumer, SetupError> {
+    let name = format!("workers_{profile}");
+    ensure_consumer(js, &subjects.stream(JOBS), &name, subjects.dispatch(profile), settings).await
+}
+
+/// The durable consumer the notifier reads job state changes from.
+pub async fn job_state_consumer(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    settings: &ConsumerSettings,
+) -> Result<consumer::PullConsumer, SetupError> {
+    let filter = subjects.events_of_kind(EventKind::JobState);
+    ensure_consumer(js, &subjects.stream(EVENTS), "notifier_job_states", filter, settings).await
+}
+
+/// The durable consumer the notifier attempts webhook deliveries from.
+pub async fn webhook_consumer(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    settings: &ConsumerSettings,
+) -> Result<consumer::PullConsumer, SetupError> {
+    let filter = subjects.webhook_deliver();
+    ensure_consumer(js, &subjects.stream(WEBHOOKS), "notifier_webhooks", filter, settings).await
+}
+
+async fn ensure_consumer(
+    js: &jetstream::Context,
+    stream_name: &str,
+    name: &str,
+    filter_subject: String,
+    settings: &ConsumerSettings,
+) -> Result<consumer::PullConsumer, SetupError> {
+    let err = |e: async_nats::Error| SetupError::Consumer { name: name.to_owned(), source: e };
+    let config = consumer::pull::Config {
+        durable_name: Some(name.to_owned()),
+        filter_subject,
+        ack_policy: consumer::AckPolicy::Explicit,
+        deliver_policy: consumer::DeliverPolicy::All,
+        ack_wait: settings.ack_wait,
+        max_deliver: settings.max_deliver,
+        max_ack_pending: settings.max_ack_pending,
+        ..Default::default()
+    };
+    let stream = js.get_stream(stream_name).await.map_err(|e| err(e.into()))?;
+    // Create-or-update: a consumer whose settings changed since the last start is updated.
+    let consumer = stream.create_consumer(config).await.map_err(|e| err(e.into()))?;
+    Ok(consumer)
+}

@@ -1,0 +1,134 @@
+//! Subject and stream names. Everything is rooted at a prefix (default `maestro`) so that
+//! several deployments, or several tests, can share one NATS server without seeing each
+//! other's messages.
+//!
+//! | subject | carries |
+//! |---|---|
+//! | `<p>.jobs.dispatch.<profile>` | job dispatch (work queue, stream `<P>_JOBS`) |
+//! | `<p>.jobs.<job_id>.control` | interject/cancel wake-ups for a running job (core NATS) |
+//! | `<p>.events.<task_id>.<kind>` | persisted events, from the outbox (stream `<P>_EVENTS`) |
+//! | `<p>.deltas.<task_id>.<job_id>` | live message fragments (stream `<P>_DELTAS`, short retention) |
+//! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
+//! | `<p>.notify.<type>` | notifications such as `task.succeeded` (stream `<P>_NOTIFY`) |
+//! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
+
+use maestro_domain::{EventKind, JobId, TaskId};
+use maestro_domain::notification::NotificationType;
+
+/// Why a prefix was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("a subject prefix is 1 to 32 characters of letters, digits, '-' and '_'")]
+pub struct InvalidPrefix;
+
+/// The subject and stream names of one deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subjects {
+    prefix: String,
+}
+
+impl Subjects {
+    pub fn new(prefix: &str) -> Result<Self, InvalidPrefix> {
+        let ok = !prefix.is_empty()
+            && prefix.len() <= 32
+            && prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if ok { Ok(Self { prefix: prefix.to_owned() }) } else { Err(InvalidPrefix) }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `<p>.jobs.dispatch.<profile>`
+    pub fn dispatch(&self, profile: &str) -> String {
+        format!("{}.jobs.dispatch.{profile}", self.prefix)
+    }
+
+    /// `<p>.jobs.dispatch.>`
+    pub fn dispatch_all(&self) -> String {
+        format!("{}.jobs.dispatch.>", self.prefix)
+    }
+
+    /// `<p>.jobs.<job_id>.control`
+    pub fn control(&self, job_id: JobId) -> String {
+        format!("{}.jobs.{job_id}.control", self.prefix)
+    }
+
+    /// The prefix of event subjects, without the trailing dot: `<p>.events`. The outbox
+    /// relay publishes each event on `<p>.events.<task_id>.<kind>`.
+    pub fn events_root(&self) -> String {
+        format!("{}.events", self.prefix)
+    }
+
+    /// `<p>.events.<task_id>.<kind>`
+    pub fn event(&self, task_id: TaskId, kind: EventKind) -> String {
+        format!("{}.events.{task_id}.{}", self.prefix, kind.as_str())
+    }
+
+    /// `<p>.events.<task_id>.>`: every event of one task.
+    pub fn events_of_task(&self, task_id: TaskId) -> String {
+        format!("{}.events.{task_id}.>", self.prefix)
+    }
+
+    /// `<p>.events.*.<kind>`: one kind of event of every task.
+    pub fn events_of_kind(&self, kind: EventKind) -> String {
+        format!("{}.events.*.{}", self.prefix, kind.as_str())
+    }
+
+    /// `<p>.deltas.<task_id>.<job_id>`
+    pub fn deltas(&self, task_id: TaskId, job_id: JobId) -> String {
+        format!("{}.deltas.{task_id}.{job_id}", self.prefix)
+    }
+
+    /// `<p>.deltas.<task_id>.*`: the deltas of every job of one task.
+    pub fn deltas_of_task(&self, task_id: TaskId) -> String {
+        format!("{}.deltas.{task_id}.*", self.prefix)
+    }
+
+    /// `<p>.tools.exec`
+    pub fn tools_exec(&self) -> String {
+        format!("{}.tools.exec", self.prefix)
+    }
+
+    /// `<p>.notify.<type>`, e.g. `maestro.notify.task.succeeded`.
+    pub fn notify(&self, kind: NotificationType) -> String {
+        format!("{}.notify.{}", self.prefix, kind.as_str())
+    }
+
+    /// `<p>.webhooks.deliver`
+    pub fn webhook_deliver(&self) -> String {
+        format!("{}.webhooks.deliver", self.prefix)
+    }
+
+    /// Stream name for a role: `MAESTRO_JOBS`, `MAESTRO_EVENTS`, ...
+    pub fn stream(&self, role: &str) -> String {
+        let prefix: String = self
+            .prefix
+            .chars()
+            .map(|c| if c == '-' { '_' } else { c.to_ascii_uppercase() })
+            .collect();
+        format!("{prefix}_{role}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_are_rooted_at_the_prefix() {
+        let s = Subjects::new("t-1").expect("prefix");
+        let task = TaskId::new();
+        assert_eq!(s.dispatch("default"), "t-1.jobs.dispatch.default");
+        assert_eq!(s.event(task, EventKind::JobState), format!("t-1.events.{task}.job_state"));
+        assert_eq!(s.events_of_kind(EventKind::JobState), "t-1.events.*.job_state");
+        assert_eq!(s.notify(NotificationType::TaskSucceeded), "t-1.notify.task.succeeded");
+        assert_eq!(s.stream("JOBS"), "T_1_JOBS");
+    }
+
+    #[test]
+    fn prefixes_that_would_break_subjects_are_refused() {
+        for bad in ["", "a.b", "a b", "a*", "a>", &"x".repeat(33)] {
+            assert_eq!(Subjects::new(bad), Err(InvalidPrefix), "{bad:?}");
+        }
+    }
+}

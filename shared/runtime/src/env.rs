@@ -1,0 +1,135 @@
+//! Typed reading of environment variables. [`Env::from_process`] is the only place a MAESTRO
+//! binary reads the process environment; everything else gets a typed `Settings`.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A variable that is set but cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("environment variable {key} = {value:?} is invalid: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub value: String,
+    pub reason: String,
+}
+
+/// A snapshot of environment variables.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    vars: HashMap<String, String>,
+}
+
+impl Env {
+    /// The process environment.
+    pub fn from_process() -> Self {
+        Self { vars: std::env::vars().collect() }
+    }
+
+    /// A given set of variables (tests, embedding).
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+        Self { vars: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect() }
+    }
+
+    /// The value, if set and not empty.
+    pub fn opt(&self, key: &str) -> Option<String> {
+        self.vars.get(key).filter(|v| !v.trim().is_empty()).cloned()
+    }
+
+    pub fn string(&self, key: &str, default: &str) -> String {
+        self.opt(key).unwrap_or_else(|| default.to_owned())
+    }
+
+    pub fn parse<T>(&self, key: &str, default: T) -> Result<T, ConfigError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        match self.opt(key) {
+            None => Ok(default),
+            Some(value) => value.trim().parse().map_err(|e: T::Err| ConfigError {
+                key: key.to_owned(),
+                reason: e.to_string(),
+                value,
+            }),
+        }
+    }
+
+    /// A duration in milliseconds.
+    pub fn millis(&self, key: &str, default: Duration) -> Result<Duration, ConfigError> {
+        let ms: u64 = self.parse(key, default.as_millis() as u64)?;
+        Ok(Duration::from_millis(ms))
+    }
+
+    /// `true`/`false`/`1`/`0`/`yes`/`no`.
+    pub fn flag(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.opt(key).map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(default),
+            Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => Ok(true),
+            Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => Ok(false),
+            Some(value) => Err(ConfigError {
+                key: key.to_owned(),
+                value,
+                reason: "expected true or false".to_owned(),
+            }),
+        }
+    }
+
+    /// Fail with a [`ConfigError`] built from a validation message.
+    pub fn invalid(&self, key: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError { key: key.to_owned(), value: self.string(key, ""), reason: reason.into() }
+    }
+}
+
+/// Settings every service that touches Postgres and NATS has.
+#[derive(Clone)]
+pub struct CommonSettings {
+    pub database_url: String,
+    pub db_max_connections: u32,
+    pub nats_url: String,
+    pub subject_prefix: String,
+    /// Apply pending migrations at start-up.
+    pub migrate_on_start: bool,
+}
+
+impl std::fmt::Debug for CommonSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The database URL may hold a password.
+        f.debug_struct("CommonSettings")
+            .field("database_url", &"<redacted>")
+            .field("db_max_connections", &self.db_max_connections)
+            .field("nats_url", &self.nats_url)
+            .field("subject_prefix", &self.subject_prefix)
+            .field("migrate_on_start", &self.migrate_on_start)
+            .finish()
+    }
+}
+
+impl CommonSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            database_url: env.string("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/maestro"),
+            db_max_connections: env.parse("DB_MAX_CONNECTIONS", 16)?,
+            nats_url: env.string("NATS_URL", "nats://127.0.0.1:4222"),
+            subject_prefix: env.string("SUBJECT_PREFIX", "maestro"),
+            migrate_on_start: env.flag("MIGRATE_ON_START", false)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_with_defaults_and_clear_errors() {
+        let env = Env::from_pairs([("A", "5"), ("B", "x"), ("EMPTY", " "), ("F", "yes")]);
+        assert_eq!(env.parse("A", 1u32), Ok(5));
+        assert_eq!(env.parse("MISSING", 1u32), Ok(1));
+        assert_eq!(env.parse("EMPTY", 1u32), Ok(1), "blank counts as unset");
+        let err = env.parse("B", 1u32).expect_err("not a number");
+        assert_eq!(err.key, "B");
+        assert_eq!(env.flag("F", false), Ok(true));
+        assert_eq!(env.millis("A", Duration::ZERO), Ok(Duration::from_millis(5)));
+    }
+}

@@ -1,0 +1,30 @@
+//! What every MAESTRO binary shares: reading settings from the environment ([`env`]),
+//! logging and tracing ([`telemetry`]), shutdown on signals ([`shutdown`]) and the one-line
+//! readiness announcement that scripts and tests wait for ([`announce_ready`]).
+
+pub mod env;
+pub mod http_trace;
+pub mod shutdown;
+pub mod telemetry;
+
+use std::io::Write;
+use std::net::SocketAddr;
+
+pub use env::{ConfigError, Env};
+
+/// Print `MAESTRO_READY service=<name> [addr=<addr>]` on stdout once a service is serving.
+/// Logs go to stderr, so this line is easy to wait for from a script or a test harness.
+pub fn announce_ready(service: &str, addr: Option<SocketAddr>) {
+    let mut out = std::io::stdout().lock();
+    let _ = match addr {
+        Some(addr) => writeln!(out, "MAESTRO_READY service={service} addr={addr}"),
+        None => writeln!(out, "MAESTRO_READY service={service}"),
+    };
+    let _ = out.flush();
+}
+
+/// Process-wide set-up every binary needs before doing I/O: the TLS crypto provider.
+pub fn init_process() {
+    // Only fails when a provider is already installed, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

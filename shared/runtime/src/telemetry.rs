@@ -1,0 +1,97 @@
+//! Logging and tracing. Logs are JSON lines on stderr (or human-readable with
+//! `LOG_FORMAT=pretty`), filtered by `RUST_LOG` (default `info`). When
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported over OTLP/HTTP. The W3C
+//! trace-context propagator is always installed, so trace ids cross HTTP and NATS hops.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::env::{ConfigError, Env};
+
+/// How a service logs and traces.
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    pub service: String,
+    pub filter: String,
+    pub pretty: bool,
+    pub otlp_endpoint: Option<String>,
+}
+
+impl TelemetrySettings {
+    pub fn from_env(env: &Env, service: &str) -> Result<Self, ConfigError> {
+        let format = env.string("LOG_FORMAT", "json");
+        if format != "json" && format != "pretty" {
+            return Err(env.invalid("LOG_FORMAT", "expected json or pretty"));
+        }
+        Ok(Self {
+            service: service.to_owned(),
+            filter: env.string("RUST_LOG", "info"),
+            pretty: format == "pretty",
+            otlp_endpoint: env.opt("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        })
+    }
+}
+
+/// Flushes exported spans when dropped; keep it alive for the life of `main`.
+#[derive(Debug)]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// Install the global subscriber. Call once, first thing in `main`.
+pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    let filter = EnvFilter::try_new(&settings.filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let fmt = if settings.pretty {
+        tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed()
+    } else {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_writer(std::io::stderr)
+            .boxed()
+    };
+    let provider = settings.otlp_endpoint.as_deref().and_then(|endpoint| {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(endpoint)
+            .build();
+        match exporter {
+            Ok(exporter) => Some(
+                SdkTracerProvider::builder()
+                    .with_batch_exporter(exporter)
+                    .with_resource(
+                        opentelemetry_sdk::Resource::builder()
+                            .with_service_name(settings.service.clone())
+                            .build(),
+                    )
+                    .build(),
+            ),
+            Err(e) => {
+                eprintln!("OpenTelemetry export disabled: {e}");
+                None
+            }
+        }
+    });
+    let otel = provider.as_ref().map(|provider| {
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        tracing_opentelemetry::layer().with_tracer(provider.tracer(settings.service.clone()))
+    });
+    tracing_subscriber::registry().with(filter).with(fmt).with(otel).init();
+    TelemetryGuard { provider }
+}
