@@ -1,1 +1,87 @@
-//! placeholder
+//! The notifier: turns job state changes into notifications (an inbox row, a message on
+//! `<prefix>.notify.<type>`) and delivers them to webhook subscriptions, signed per
+//! Standard Webhooks and retried with backoff.
+
+pub mod config;
+pub mod notifications;
+pub mod webhooks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use maestro_messaging::setup::{self, ConsumerSettings, StreamSettings};
+use maestro_messaging::{Delivery, RunnerConfig, Subjects};
+use tokio_util::sync::CancellationToken;
+
+pub use config::Settings;
+
+/// Run both consumers until `shutdown`.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
+    let pool = maestro_db::connect(&settings.common.database_url, settings.common.db_max_connections)
+        .await
+        .context("connect to Postgres")?;
+    if settings.common.migrate_on_start {
+        maestro_db::migrate(&pool).await.context("apply migrations")?;
+    }
+    let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-notifier")
+        .await
+        .context("connect to NATS")?;
+    let js = async_nats::jetstream::new(nats);
+    setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+    let events_settings = ConsumerSettings { ack_wait: Duration::from_secs(30), max_deliver: 20, max_ack_pending: 1000 };
+    let states = setup::job_state_consumer(&js, &subjects, &events_settings).await?;
+    let hook_settings = ConsumerSettings {
+        ack_wait: settings.webhook_timeout * 3,
+        max_deliver: settings.webhook_max_attempts,
+        max_ack_pending: 1000,
+    };
+    let hooks = setup::webhook_consumer(&js, &subjects, &hook_settings).await?;
+    let http = reqwest::Client::builder()
+        .timeout(settings.webhook_timeout)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .context("build the HTTP client")?;
+    let state_handler = Arc::new(notifications::JobStateHandler { pool: pool.clone() });
+    let hook_handler = Arc::new(webhooks::DeliveryHandler {
+        pool,
+        http,
+        retry_base: settings.retry_base,
+        retry_max: settings.retry_max,
+    });
+    let state_runner = RunnerConfig {
+        name: "job_states",
+        concurrency: 16,
+        heartbeat: Duration::from_secs(10),
+        max_deliver: events_settings.max_deliver,
+        fetch_expires: Duration::from_secs(5),
+    };
+    let hook_runner = RunnerConfig {
+        name: "webhooks",
+        concurrency: settings.concurrency,
+        heartbeat: settings.webhook_timeout,
+        max_deliver: hook_settings.max_deliver,
+        fetch_expires: Duration::from_secs(5),
+    };
+    maestro_runtime::announce_ready("notifier", None);
+    tokio::join!(
+        maestro_messaging::consumer::run(states, state_handler, state_runner, shutdown.clone()),
+        maestro_messaging::consumer::run(hooks, hook_handler, hook_runner, shutdown),
+    );
+    Ok(())
+}
+
+/// Keep a message the notifier gives up on.
+pub(crate) async fn record_dead_letter(pool: &maestro_db::PgPool, consumer: &str, delivery: &Delivery, reason: &str) {
+    let letter = maestro_db::dead_letters::DeadLetter {
+        consumer,
+        subject: &delivery.message.subject,
+        payload: &delivery.message.payload,
+        reason,
+        attempts: delivery.attempt as i32,
+    };
+    if let Err(e) = maestro_db::dead_letters::record(pool, letter).await {
+        tracing::error!(error = %e, reason, "cannot record a dead letter");
+    }
+}

@@ -20,6 +20,7 @@ use maestro_domain::tools::{self, ToolExecRequest, ToolSpec};
 use maestro_domain::{EventBody, JobStatus, Message, MessageEvent, ToolCall, ToolCallEvent, ToolResultEvent};
 use maestro_llm::{Accumulator, ChatRequest, Completion, LlmClient, LlmError, StreamEvent};
 use maestro_messaging::Subjects;
+use maestro_messaging::backoff::backoff;
 use maestro_messaging::payloads::DeltaFragment;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
@@ -27,7 +28,6 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Settings;
 use crate::conversation;
 use crate::deltas::DeltaPublisher;
-use crate::retry::backoff;
 use crate::tool_client;
 
 /// Consecutive replies without a tool call before the job fails.

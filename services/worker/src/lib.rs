@@ -8,7 +8,6 @@ pub mod config;
 pub mod conversation;
 pub mod deltas;
 pub mod handler;
-pub mod retry;
 pub mod tool_client;
 
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //! `Nats-Msg-Id` de-duplication and trace headers ([`publish`]) and the one consumer runner
 //! that turns a handler's [`Outcome`] into `ack`, `nak(delay)` or `term` ([`consumer`]).
 
+pub mod backoff;
 pub mod consumer;
 pub mod payloads;
 pub mod publish;

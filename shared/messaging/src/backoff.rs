@@ -1,4 +1,4 @@
-//! Retry delays: exponential backoff with full jitter, capped, and never shorter than what the
+//! Retry delays for `nak` and job retries: exponential backoff with full jitter, capped, and never shorter than what the
 //! server asked for with `Retry-After`.
 
 use std::time::Duration;

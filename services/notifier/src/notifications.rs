@@ -1,0 +1,82 @@
+//! Job state changes → notifications. For every `job_state` event whose status is
+//! notification-worthy (succeeded, failed, cancelled, waiting for a human) the notifier
+//! records a notification, its webhook deliveries and their outbox rows in one statement,
+//! then acknowledges the event. A redelivered event changes nothing (one notification per
+//! event).
+
+use maestro_db::PgPool;
+use maestro_domain::notification::{Notification, NotificationData, NotificationType};
+use maestro_domain::{Event, EventBody, NotificationId};
+use maestro_messaging::{Delivery, Handler, Outcome};
+use std::time::Duration;
+
+/// Handles `job_state` events.
+#[derive(Debug)]
+pub struct JobStateHandler {
+    pub pool: PgPool,
+}
+
+impl Handler for JobStateHandler {
+    async fn handle(&self, delivery: &Delivery) -> Outcome {
+        let event: Event = match delivery.json() {
+            Ok(event) => event,
+            Err(e) => return Outcome::Poison(format!("malformed event: {e}")),
+        };
+        let change = match event.body() {
+            Ok(EventBody::JobState(change)) => change,
+            Ok(_) => return Outcome::Done,
+            Err(e) => return Outcome::Poison(format!("malformed job_state payload: {e}")),
+        };
+        let Some(kind) = NotificationType::for_status(change.status) else { return Outcome::Done };
+        match self.record(&event, kind, change).await {
+            Ok(()) => Outcome::Done,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot record a notification; will retry");
+                Outcome::Retry(Duration::from_secs(1))
+            }
+        }
+    }
+
+    async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
+        crate::record_dead_letter(&self.pool, "notifier_job_states", delivery, reason).await;
+    }
+}
+
+impl JobStateHandler {
+    async fn record(
+        &self,
+        event: &Event,
+        kind: NotificationType,
+        change: maestro_domain::JobStateChange,
+    ) -> anyhow::Result<()> {
+        let Some(owner) = maestro_db::tasks::owner_of(&self.pool, event.task_id).await? else {
+            return Ok(());
+        };
+        let notification = Notification {
+            kind,
+            timestamp: event.created_at,
+            data: NotificationData {
+                notification_id: NotificationId::new(),
+                task_id: event.task_id,
+                job_id: event.job_id,
+                owner,
+                status: change.status,
+                attempt: change.attempt,
+                event_seq: event.seq,
+                result: change.result,
+                error: change.error,
+                wait_reason: change.wait_reason,
+            },
+        };
+        let recorded = maestro_db::webhooks::record_notification(&self.pool, &notification).await?;
+        if recorded.created {
+            tracing::info!(
+                task_id = %event.task_id,
+                kind = kind.as_str(),
+                deliveries = recorded.deliveries,
+                "notification recorded"
+            );
+        }
+        Ok(())
+    }
+}

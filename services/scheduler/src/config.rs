@@ -1,0 +1,33 @@
+//! Settings of the scheduler, from the environment.
+
+use std::time::Duration;
+
+use maestro_runtime::env::CommonSettings;
+use maestro_runtime::{ConfigError, Env};
+
+/// How the scheduler runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub common: CommonSettings,
+    /// Outbox rows published per transaction.
+    pub relay_batch: i64,
+    /// Fallback poll of the outbox when no notification arrives.
+    pub relay_poll: Duration,
+    /// How often to look for jobs that should be running but are not.
+    pub redispatch_interval: Duration,
+    /// How long a job may sit queued (or a due retry, or an expired lease) before it is
+    /// dispatched again.
+    pub redispatch_grace: Duration,
+}
+
+impl Settings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            common: CommonSettings::from_env(env)?,
+            relay_batch: env.parse("RELAY_BATCH", 500)?,
+            relay_poll: env.millis("RELAY_POLL_MS", Duration::from_secs(1))?,
+            redispatch_interval: env.millis("REDISPATCH_INTERVAL_MS", Duration::from_secs(5))?,
+            redispatch_grace: env.millis("REDISPATCH_GRACE_MS", Duration::from_secs(30))?,
+        })
+    }
+}

@@ -1,0 +1,52 @@
+//! Re-dispatch of jobs that should be running but are not: `queued` jobs whose dispatch never
+//! reached the stream (a crash between commit and publish), `retry` jobs whose time has come
+//! and `running` jobs whose lease expired without redelivery. The dispatch id
+//! (`dispatch:<job>:<attempt>`) matches the original, so JetStream drops it while the
+//! original is still in its duplicate window; a stale duplicate is harmless because claims
+//! are compare-and-set.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use maestro_db::PgPool;
+use maestro_messaging::Subjects;
+use maestro_messaging::payloads::JobDispatch;
+use tokio_util::sync::CancellationToken;
+
+/// Finds and re-dispatches stalled jobs.
+#[derive(Debug, Clone)]
+pub struct Redispatcher {
+    pub pool: PgPool,
+    pub js: jetstream::Context,
+    pub subjects: Subjects,
+    pub interval: Duration,
+    pub grace: Duration,
+}
+
+impl Redispatcher {
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            if let Err(e) = self.once().await {
+                tracing::warn!(error = %e, "re-dispatch scan failed");
+            }
+        }
+    }
+
+    /// One scan; returns how many jobs were dispatched again.
+    pub async fn once(&self) -> anyhow::Result<usize> {
+        let stalled = maestro_db::jobs::take_stalled(&self.pool, self.grace, 200).await?;
+        for job in &stalled {
+            let dispatch = JobDispatch { job_id: job.job_id, task_id: job.task_id, attempt: job.attempt };
+            let subject = self.subjects.dispatch(&job.profile);
+            maestro_messaging::publish::publish_json(&self.js, subject, &dispatch.message_id(), &dispatch).await?;
+            tracing::info!(job_id = %job.job_id, attempt = job.attempt, "job dispatched again");
+        }
+        Ok(stalled.len())
+    }
+}

@@ -1,0 +1,293 @@
+//! The HTTP side: `/v1/chat/completions` (streaming and not), `/v1/models`, and a control API
+//! under `/_scripted` for tests: the requests received, loading scenarios, reset.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::scenario::{Scenarios, Turn};
+
+/// Requests kept for `/_scripted/requests`.
+const MAX_RECORDED: usize = 10_000;
+/// Conversations whose last prompt is remembered for cache accounting.
+const MAX_CONVERSATIONS: usize = 10_000;
+/// Bytes per token, for the token-equivalent counts.
+const BYTES_PER_TOKEN: usize = 4;
+
+/// Shared server state.
+#[derive(Default)]
+pub struct Server {
+    scenarios: RwLock<Scenarios>,
+    requests: Mutex<VecDeque<Value>>,
+    served: Mutex<HashMap<(String, usize), u32>>,
+    last_prompt: Mutex<HashMap<String, Vec<u8>>>,
+    next_id: AtomicU64,
+}
+
+pub fn router(scenarios: Scenarios) -> Router {
+    let server = Arc::new(Server { scenarios: RwLock::new(scenarios), ..Default::default() });
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/_scripted/requests", get(requests))
+        .route("/_scripted/scenarios", post(load_scenarios))
+        .route("/_scripted/reset", post(reset))
+        .with_state(server)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = json!({"error": {"message": message.into(), "type": "scripted_error"}});
+    (status, Json(body)).into_response()
+}
+
+async fn models() -> Json<Value> {
+    Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "maestro"}]}))
+}
+
+async fn requests(State(server): State<Arc<Server>>) -> Json<Value> {
+    let requests: Vec<Value> = server.requests.lock().expect("lock").iter().cloned().collect();
+    Json(json!({"requests": requests}))
+}
+
+async fn load_scenarios(State(server): State<Arc<Server>>, Json(scenarios): Json<Scenarios>) -> StatusCode {
+    *server.scenarios.write().expect("lock") = scenarios;
+    StatusCode::NO_CONTENT
+}
+
+async fn reset(State(server): State<Arc<Server>>) -> StatusCode {
+    server.requests.lock().expect("lock").clear();
+    server.served.lock().expect("lock").clear();
+    server.last_prompt.lock().expect("lock").clear();
+    StatusCode::NO_CONTENT
+}
+
+/// What the request asks, as far as the script cares.
+struct Asked {
+    model: String,
+    stream: bool,
+    include_usage: bool,
+    first_user: String,
+    turn: usize,
+    conversation: String,
+    prompt: Vec<u8>,
+}
+
+fn read_request(body: &Value) -> Result<Asked, String> {
+    let messages = body.get("messages").and_then(Value::as_array).ok_or("`messages` must be an array")?;
+    let first_user_at = messages
+        .iter()
+        .position(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .ok_or("the request has no user message")?;
+    let first_user = messages[first_user_at].get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let turn = messages.iter().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).count();
+    let mut conversation = Sha256::new();
+    for message in &messages[..=first_user_at] {
+        conversation.update(message.to_string().as_bytes());
+    }
+    let mut prompt = body.get("tools").map(|t| t.to_string().into_bytes()).unwrap_or_default();
+    for message in messages {
+        prompt.extend_from_slice(message.to_string().as_bytes());
+    }
+    Ok(Asked {
+        model: body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned(),
+        stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
+        first_user,
+        turn,
+        conversation: conversation.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        prompt,
+    })
+}
+
+async fn chat(State(server): State<Arc<Server>>, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")),
+    };
+    let asked = match read_request(&body) {
+        Ok(asked) => asked,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let (scenario_name, turn) = {
+        let scenarios = server.scenarios.read().expect("lock");
+        let Some(scenario) = scenarios.find(&asked.first_user) else {
+            return error(StatusCode::BAD_REQUEST, "no scenario matches this conversation");
+        };
+        let Some(turn) = scenario.turn(asked.turn) else {
+            let message = format!("scenario {:?} has no turn {}", scenario.name, asked.turn);
+            return error(StatusCode::BAD_REQUEST, message);
+        };
+        (scenario.name.clone(), turn.clone())
+    };
+    server.record(&body, &scenario_name, asked.turn);
+    let served = server.count(&asked.conversation, asked.turn);
+    if let Some(fail) = turn.fail.as_ref().filter(|f| f.times == 0 || served <= f.times) {
+        let mut response = error(
+            StatusCode::from_u16(fail.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            fail.body.clone().unwrap_or_else(|| format!("scripted failure {}", fail.status)),
+        );
+        if let Some(secs) = fail.retry_after {
+            response.headers_mut().insert("retry-after", HeaderValue::from(secs));
+        }
+        return response;
+    }
+    let usage = server.usage(&asked, &turn);
+    let drop_after = turn.drop_after_chunks.as_ref().filter(|d| d.times == 0 || served <= d.times).map(|d| d.chunks);
+    let id = format!("chatcmpl-{}", server.next_id.fetch_add(1, Ordering::Relaxed));
+    if asked.stream {
+        stream_response(&id, &asked, &turn, usage, drop_after)
+    } else {
+        Json(whole_response(&id, &asked, &turn, usage)).into_response()
+    }
+}
+
+impl Server {
+    fn record(&self, body: &Value, scenario: &str, turn: usize) {
+        let mut requests = self.requests.lock().expect("lock");
+        if requests.len() == MAX_RECORDED {
+            requests.pop_front();
+        }
+        requests.push_back(json!({"scenario": scenario, "turn": turn, "body": body}));
+    }
+
+    /// How many requests of this conversation's turn have been answered, this one included.
+    fn count(&self, conversation: &str, turn: usize) -> u32 {
+        let mut served = self.served.lock().expect("lock");
+        let n = served.entry((conversation.to_owned(), turn)).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    /// Token-equivalent usage; cached tokens are the prefix shared with this conversation's
+    /// previous request.
+    fn usage(&self, asked: &Asked, turn: &Turn) -> Value {
+        let mut last = self.last_prompt.lock().expect("lock");
+        let shared = last
+            .get(&asked.conversation)
+            .map(|prev| prev.iter().zip(&asked.prompt).take_while(|(a, b)| a == b).count())
+            .unwrap_or(0);
+        if last.len() >= MAX_CONVERSATIONS {
+            last.clear();
+        }
+        last.insert(asked.conversation.clone(), asked.prompt.clone());
+        let prompt_tokens = asked.prompt.len().div_ceil(BYTES_PER_TOKEN);
+        let cached_tokens = shared / BYTES_PER_TOKEN;
+        let completion_chars = turn.text.as_ref().map_or(0, String::len)
+            + turn.tool_calls.iter().map(|c| c.name.len() + c.arguments_text().len()).sum::<usize>();
+        let completion_tokens = completion_chars.div_ceil(BYTES_PER_TOKEN).max(1);
+        json!({
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
+        })
+    }
+}
+
+fn call_id(turn_index: usize, index: usize, given: &Option<String>) -> Option<String> {
+    match given {
+        Some(id) if id.is_empty() => None,
+        Some(id) => Some(id.clone()),
+        None => Some(format!("call_{turn_index}_{index}")),
+    }
+}
+
+fn finish_reason(turn: &Turn) -> &'static str {
+    if turn.tool_calls.is_empty() { "stop" } else { "tool_calls" }
+}
+
+fn whole_response(id: &str, asked: &Asked, turn: &Turn, usage: Value) -> Value {
+    let calls: Vec<Value> = turn
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            json!({"id": call_id(asked.turn, i, &c.id), "type": "function",
+                   "function": {"name": c.name, "arguments": c.arguments_text()}})
+        })
+        .collect();
+    let mut message = json!({"role": "assistant", "content": turn.text});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    json!({
+        "id": id, "object": "chat.completion", "created": now(), "model": asked.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(turn)}],
+        "usage": usage,
+    })
+}
+
+fn chunks_of(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+/// The `delta`s of the answer, in order.
+fn deltas(asked: &Asked, turn: &Turn) -> Vec<Value> {
+    let mut deltas = vec![json!({"role": "assistant"})];
+    if let Some(text) = &turn.text {
+        deltas.extend(chunks_of(text, turn.chunk_chars).into_iter().map(|c| json!({"content": c})));
+    }
+    for (i, call) in turn.tool_calls.iter().enumerate() {
+        let mut head = json!({"index": i, "type": "function", "function": {"name": call.name, "arguments": ""}});
+        if let Some(id) = call_id(asked.turn, i, &call.id) {
+            head["id"] = Value::String(id);
+        }
+        deltas.push(json!({"tool_calls": [head]}));
+        for part in chunks_of(&call.arguments_text(), turn.chunk_chars) {
+            deltas.push(json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}));
+        }
+    }
+    deltas
+}
+
+fn stream_response(id: &str, asked: &Asked, turn: &Turn, usage: Value, drop_after: Option<usize>) -> Response {
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": now(), "model": asked.model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut frames: Vec<Value> = deltas(asked, turn).into_iter().map(|d| chunk(d, None)).collect();
+    frames.push(chunk(json!({}), Some(finish_reason(turn))));
+    if asked.include_usage {
+        frames.push(json!({"id": id, "object": "chat.completion.chunk", "created": now(),
+                           "model": asked.model, "choices": [], "usage": usage}));
+    }
+    let mut frames: Vec<Bytes> = frames.into_iter().map(|f| Bytes::from(format!("data: {f}\n\n"))).collect();
+    frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    let first_delay = Duration::from_millis(turn.delay_ms);
+    let between = Duration::from_millis(turn.chunk_delay_ms);
+    let stream = futures::stream::unfold(Some((frames.into_iter(), 0usize)), move |state| async move {
+        let (mut frames, sent) = state?;
+        if drop_after.is_some_and(|limit| sent >= limit) {
+            // An error item makes the server abort the connection mid-stream.
+            let cut = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted disconnect");
+            return Some((Err::<Bytes, std::io::Error>(cut), None));
+        }
+        let frame = frames.next()?;
+        let delay = if sent == 0 { first_delay } else { between };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Some((Ok(frame), Some((frames, sent + 1))))
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "cannot build the response"))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
