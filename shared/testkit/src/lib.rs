@@ -1,1 +1,34 @@
-//! placeholder
+//! Spawning MAESTRO for tests. Every test gets its own Postgres database ([`TestDb`]), its own
+//! NATS server ([`NatsServer`]) and its own subject prefix, so tests run in parallel without
+//! seeing each other. [`Stack`] starts the five services and the scripted LLM as real
+//! processes and offers typed helpers (`create_task`, `wait_for_status`, `stream`, ...).
+//!
+//! Logs of spawned processes go to files in the test's temporary directory; when a test
+//! fails, the tail of each is printed. Set `TEST_LOG=1` to print them always.
+
+mod bins;
+mod db;
+mod llm;
+mod nats;
+mod process;
+mod sse;
+mod stack;
+
+pub use bins::binary;
+pub use db::TestDb;
+pub use llm::ScriptedLlm;
+pub use nats::NatsServer;
+pub use process::Process;
+pub use sse::{SseClient, SseItem};
+pub use stack::{Service, Stack, StackOptions};
+
+/// A short random suffix for names that must not collide between tests.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+}
+
+/// An HTTP client for tests (installs the TLS crypto provider reqwest needs first).
+pub fn http_client() -> reqwest::Client {
+    maestro_runtime::init_process();
+    reqwest::Client::new()
+}
