@@ -8,31 +8,50 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 async fn gateway_only() -> Stack {
-    let mut options = StackOptions::new(json!({"scenarios": []})).env("MAX_INSTRUCTION_BYTES", "1000");
+    let mut options =
+        StackOptions::new(json!({"scenarios": []})).env("MAX_INSTRUCTION_BYTES", "1000");
     options.services = vec![Service::ApiGateway];
     Stack::spawn(options).await.expect("the gateway starts")
 }
 
 /// Send a request and return the status and JSON body.
-async fn call(stack: &Stack, method: Method, path: &str, token: Option<&str>, body: Option<&str>) -> (StatusCode, Value) {
+async fn call(
+    stack: &Stack,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
     let mut request = stack.http.request(method, stack.url(path));
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
     if let Some(body) = body {
-        request = request.header("content-type", "application/json").body(body.to_owned());
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_owned());
     }
     let response = request.send().await.expect("request sent");
     let status = response.status();
     let text = response.text().await.expect("body");
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
-fn assert_error(label: &str, (status, body): &(StatusCode, Value), want_status: u16, want_code: &str) {
+fn assert_error(
+    label: &str,
+    (status, body): &(StatusCode, Value),
+    want_status: u16,
+    want_code: &str,
+) {
     assert_eq!(status.as_u16(), want_status, "{label}: status ({body})");
     assert_eq!(body["error"]["code"], want_code, "{label}: code ({body})");
     assert!(
-        body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
         "{label}: a human-readable message ({body})"
     );
 }
@@ -41,7 +60,10 @@ async fn count_rows(stack: &Stack) -> i64 {
     let query = "SELECT (SELECT count(*) FROM tasks) + (SELECT count(*) FROM jobs) + \
                  (SELECT count(*) FROM events) + (SELECT count(*) FROM comments) + \
                  (SELECT count(*) FROM outbox) + (SELECT count(*) FROM webhook_subscriptions)";
-    sqlx::query_scalar::<_, i64>(query).fetch_one(&stack.db.pool).await.expect("count")
+    sqlx::query_scalar::<_, i64>(query)
+        .fetch_one(&stack.db.pool)
+        .await
+        .expect("count")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,21 +73,69 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
     let tasks = "/api/local/tasks";
     let valid = r#"{"instruction": "hello"}"#;
 
-    for (label, auth) in [("no token", None), ("wrong token", Some("not-a-valid-token"))] {
+    for (label, auth) in [
+        ("no token", None),
+        ("wrong token", Some("not-a-valid-token")),
+    ] {
         let answer = call(&stack, Method::POST, tasks, auth, Some(valid)).await;
         assert_error(label, &answer, 401, "unauthorized");
     }
-    let no_bearer = stack.http.post(stack.url(tasks)).header("authorization", "Basic eDp5").body(valid).send().await;
-    assert_eq!(no_bearer.expect("sent").status(), 401, "only bearer tokens are accepted");
+    let no_bearer = stack
+        .http
+        .post(stack.url(tasks))
+        .header("authorization", "Basic eDp5")
+        .body(valid)
+        .send()
+        .await;
+    assert_eq!(
+        no_bearer.expect("sent").status(),
+        401,
+        "only bearer tokens are accepted"
+    );
 
     let cases: Vec<(&str, String, u16, &str)> = vec![
-        ("malformed JSON", r#"{"instruction": "#.to_owned(), 400, "invalid_json"),
-        ("missing instruction", "{}".to_owned(), 422, "invalid_request"),
-        ("instruction of the wrong type", r#"{"instruction": 5}"#.to_owned(), 422, "invalid_request"),
-        ("blank instruction", r#"{"instruction": "   "}"#.to_owned(), 422, "invalid_instruction"),
-        ("unknown field", r#"{"instruction": "x", "colour": "red"}"#.to_owned(), 422, "invalid_request"),
-        ("unknown piece", r#"{"instruction": "x", "piece": "nope"}"#.to_owned(), 422, "unknown_piece"),
-        ("malformed model", r#"{"instruction": "x", "model": "a b"}"#.to_owned(), 422, "invalid_model"),
+        (
+            "malformed JSON",
+            r#"{"instruction": "#.to_owned(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "missing instruction",
+            "{}".to_owned(),
+            422,
+            "invalid_request",
+        ),
+        (
+            "instruction of the wrong type",
+            r#"{"instruction": 5}"#.to_owned(),
+            422,
+            "invalid_request",
+        ),
+        (
+            "blank instruction",
+            r#"{"instruction": "   "}"#.to_owned(),
+            422,
+            "invalid_instruction",
+        ),
+        (
+            "unknown field",
+            r#"{"instruction": "x", "colour": "red"}"#.to_owned(),
+            422,
+            "invalid_request",
+        ),
+        (
+            "unknown piece",
+            r#"{"instruction": "x", "piece": "nope"}"#.to_owned(),
+            422,
+            "unknown_piece",
+        ),
+        (
+            "malformed model",
+            r#"{"instruction": "x", "model": "a b"}"#.to_owned(),
+            422,
+            "invalid_model",
+        ),
         (
             "instruction over the configured limit",
             json!({"instruction": "x".repeat(1001)}).to_string(),
@@ -83,8 +153,19 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
         let answer = call(&stack, Method::POST, tasks, token, Some(body)).await;
         assert_error(label, &answer, *status, code);
     }
-    let no_json = stack.http.post(stack.url(tasks)).bearer_auth(&stack.token).body(valid).send().await.expect("sent");
-    assert_eq!(no_json.status(), 415, "a body without a JSON content type is refused");
+    let no_json = stack
+        .http
+        .post(stack.url(tasks))
+        .bearer_auth(&stack.token)
+        .body(valid)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(
+        no_json.status(),
+        415,
+        "a body without a JSON content type is refused"
+    );
     let bad_key = stack
         .http
         .post(stack.url(tasks))
@@ -118,51 +199,136 @@ async fn tasks_are_private_idempotent_and_paginated() {
     let token = Some(stack.token.as_str());
     let other = Some(stack.other_token.as_str());
 
-    let created = call(&stack, Method::POST, "/api/local/tasks", token, Some(r#"{"instruction": "first"}"#)).await;
+    let created = call(
+        &stack,
+        Method::POST,
+        "/api/local/tasks",
+        token,
+        Some(r#"{"instruction": "first"}"#),
+    )
+    .await;
     assert_eq!(created.0, 201, "{}", created.1);
     let id = created.1["id"].as_str().expect("id").to_owned();
     assert_eq!(created.1["latest_job"]["status"], "queued");
-    assert_eq!(created.1["links"]["stream"], format!("/api/local/tasks/{id}/stream"));
+    assert_eq!(
+        created.1["links"]["stream"],
+        format!("/api/local/tasks/{id}/stream")
+    );
 
-    for path in [format!("/api/local/tasks/{id}"), format!("/api/local/tasks/{id}/events")] {
+    for path in [
+        format!("/api/local/tasks/{id}"),
+        format!("/api/local/tasks/{id}/events"),
+    ] {
         let answer = call(&stack, Method::GET, &path, other, None).await;
         assert_error("another owner's task", &answer, 404, "not_found");
-        assert_eq!(call(&stack, Method::GET, &path, token, None).await.0, 200, "the owner sees it");
+        assert_eq!(
+            call(&stack, Method::GET, &path, token, None).await.0,
+            200,
+            "the owner sees it"
+        );
     }
     let bobs = call(&stack, Method::GET, "/api/local/tasks", other, None).await;
-    assert_eq!(bobs.1["tasks"], json!([]), "bob's list does not show alice's task");
+    assert_eq!(
+        bobs.1["tasks"],
+        json!([]),
+        "bob's list does not show alice's task"
+    );
 
-    let events = call(&stack, Method::GET, &format!("/api/local/tasks/{id}/events?after=0"), token, None).await;
+    let events = call(
+        &stack,
+        Method::GET,
+        &format!("/api/local/tasks/{id}/events?after=0"),
+        token,
+        None,
+    )
+    .await;
     assert_eq!(events.1["events"][0]["kind"], "job_state");
     assert_eq!(events.1["events"][0]["payload"]["status"], "queued");
     assert_eq!(events.1["next_after"], 1);
-    let bad_after = call(&stack, Method::GET, &format!("/api/local/tasks/{id}/events?after=x"), token, None).await;
+    let bad_after = call(
+        &stack,
+        Method::GET,
+        &format!("/api/local/tasks/{id}/events?after=x"),
+        token,
+        None,
+    )
+    .await;
     assert_error("after is not a number", &bad_after, 400, "invalid_query");
 
     // Idempotency-Key: the same request returns the same task, a different one conflicts.
     let send = |body: Value| {
-        stack.http.post(stack.url("/api/local/tasks")).bearer_auth(&stack.token).header("idempotency-key", "k-1").json(&body).send()
+        stack
+            .http
+            .post(stack.url("/api/local/tasks"))
+            .bearer_auth(&stack.token)
+            .header("idempotency-key", "k-1")
+            .json(&body)
+            .send()
     };
     let first = send(json!({"instruction": "once"})).await.expect("sent");
     assert_eq!(first.status(), 201);
     let first: Value = first.json().await.expect("json");
     let again = send(json!({"instruction": "once"})).await.expect("sent");
-    assert_eq!(again.status(), 200, "a repeated request is answered, not re-executed");
-    assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.as_bytes()), Some(&b"true"[..]));
+    assert_eq!(
+        again.status(),
+        200,
+        "a repeated request is answered, not re-executed"
+    );
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
     let again: Value = again.json().await.expect("json");
     assert_eq!(again["id"], first["id"], "same key, same task");
-    let conflict = send(json!({"instruction": "something else"})).await.expect("sent");
-    assert_eq!(conflict.status(), 409, "the key was used for another request");
-    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs").fetch_one(&stack.db.pool).await.expect("count");
-    assert_eq!(jobs, 2, "one job per created task, none for the replay or the conflict");
+    let conflict = send(json!({"instruction": "something else"}))
+        .await
+        .expect("sent");
+    assert_eq!(
+        conflict.status(),
+        409,
+        "the key was used for another request"
+    );
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&stack.db.pool)
+        .await
+        .expect("count");
+    assert_eq!(
+        jobs, 2,
+        "one job per created task, none for the replay or the conflict"
+    );
 
     // Pagination, newest first.
-    call(&stack, Method::POST, "/api/local/tasks", token, Some(r#"{"instruction": "third"}"#)).await;
-    let page = call(&stack, Method::GET, "/api/local/tasks?limit=2", token, None).await.1;
-    let names: Vec<&str> = page["tasks"].as_array().expect("tasks").iter().map(|t| t["instruction"].as_str().unwrap_or("")).collect();
+    call(
+        &stack,
+        Method::POST,
+        "/api/local/tasks",
+        token,
+        Some(r#"{"instruction": "third"}"#),
+    )
+    .await;
+    let page = call(&stack, Method::GET, "/api/local/tasks?limit=2", token, None)
+        .await
+        .1;
+    let names: Vec<&str> = page["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["instruction"].as_str().unwrap_or(""))
+        .collect();
     assert_eq!(names, ["third", "once"]);
     let next = page["next_before"].as_str().expect("another page");
-    let rest = call(&stack, Method::GET, &format!("/api/local/tasks?limit=2&before={next}"), token, None).await.1;
+    let rest = call(
+        &stack,
+        Method::GET,
+        &format!("/api/local/tasks?limit=2&before={next}"),
+        token,
+        None,
+    )
+    .await
+    .1;
     assert_eq!(rest["tasks"][0]["instruction"], "first");
     assert!(rest.get("next_before").is_none(), "the last page says so");
 }
@@ -174,33 +340,107 @@ async fn webhook_subscriptions_are_validated_private_and_deletable() {
     let hooks = "/api/webhooks";
     for (label, body, code) in [
         ("not a URL", r#"{"url": "not a url"}"#, "invalid_url"),
-        ("not http", r#"{"url": "ftp://example.com/x"}"#, "invalid_url"),
-        ("unknown type", r#"{"url": "http://127.0.0.1:1/h", "event_types": ["task.exploded"]}"#, "invalid_event_types"),
-        ("bad secret", r#"{"url": "http://127.0.0.1:1/h", "secret": "hunter2"}"#, "invalid_secret"),
+        (
+            "not http",
+            r#"{"url": "ftp://example.com/x"}"#,
+            "invalid_url",
+        ),
+        (
+            "unknown type",
+            r#"{"url": "http://127.0.0.1:1/h", "event_types": ["task.exploded"]}"#,
+            "invalid_event_types",
+        ),
+        (
+            "bad secret",
+            r#"{"url": "http://127.0.0.1:1/h", "secret": "hunter2"}"#,
+            "invalid_secret",
+        ),
     ] {
-        assert_error(label, &call(&stack, Method::POST, hooks, token, Some(body)).await, 422, code);
+        assert_error(
+            label,
+            &call(&stack, Method::POST, hooks, token, Some(body)).await,
+            422,
+            code,
+        );
     }
-    assert_eq!(count_rows(&stack).await, 0, "refused subscriptions are not stored");
+    assert_eq!(
+        count_rows(&stack).await,
+        0,
+        "refused subscriptions are not stored"
+    );
 
-    let created = call(&stack, Method::POST, hooks, token, Some(r#"{"url": "http://127.0.0.1:1/h"}"#)).await;
+    let created = call(
+        &stack,
+        Method::POST,
+        hooks,
+        token,
+        Some(r#"{"url": "http://127.0.0.1:1/h"}"#),
+    )
+    .await;
     assert_eq!(created.0, 201);
-    assert!(created.1["secret"].as_str().is_some_and(|s| s.starts_with("whsec_")), "a secret is generated");
-    assert_eq!(created.1["event_types"].as_array().map(Vec::len), Some(4), "all types by default");
+    assert!(
+        created.1["secret"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("whsec_")),
+        "a secret is generated"
+    );
+    assert_eq!(
+        created.1["event_types"].as_array().map(Vec::len),
+        Some(4),
+        "all types by default"
+    );
     let id = created.1["id"].as_str().expect("id").to_owned();
 
     let listed = call(&stack, Method::GET, hooks, token, None).await.1;
     assert_eq!(listed["webhooks"][0]["id"], id.as_str());
-    assert!(listed["webhooks"][0].get("secret").is_none(), "the secret is never shown again");
-    let bobs = call(&stack, Method::GET, hooks, Some(stack.other_token.as_str()), None).await.1;
+    assert!(
+        listed["webhooks"][0].get("secret").is_none(),
+        "the secret is never shown again"
+    );
+    let bobs = call(
+        &stack,
+        Method::GET,
+        hooks,
+        Some(stack.other_token.as_str()),
+        None,
+    )
+    .await
+    .1;
     assert_eq!(bobs["webhooks"], json!([]));
     let path = format!("{hooks}/{id}");
-    assert_error("bob deletes alice's", &call(&stack, Method::DELETE, &path, Some(stack.other_token.as_str()), None).await, 404, "not_found");
-    assert_eq!(call(&stack, Method::DELETE, &path, token, None).await.0, 204);
-    assert_error("deleted twice", &call(&stack, Method::DELETE, &path, token, None).await, 404, "not_found");
-    assert_eq!(call(&stack, Method::GET, hooks, token, None).await.1["webhooks"], json!([]));
+    assert_error(
+        "bob deletes alice's",
+        &call(
+            &stack,
+            Method::DELETE,
+            &path,
+            Some(stack.other_token.as_str()),
+            None,
+        )
+        .await,
+        404,
+        "not_found",
+    );
+    assert_eq!(
+        call(&stack, Method::DELETE, &path, token, None).await.0,
+        204
+    );
+    assert_error(
+        "deleted twice",
+        &call(&stack, Method::DELETE, &path, token, None).await,
+        404,
+        "not_found",
+    );
+    assert_eq!(
+        call(&stack, Method::GET, hooks, token, None).await.1["webhooks"],
+        json!([])
+    );
 
     let health = call(&stack, Method::GET, "/healthz", None, None).await;
     assert_eq!(health.0, 200, "health needs no token");
     let ready = call(&stack, Method::GET, "/readyz", None, None).await;
-    assert_eq!(ready.1, json!({"status": "ready", "checks": {"postgres": true, "nats": true}}));
+    assert_eq!(
+        ready.1,
+        json!({"status": "ready", "checks": {"postgres": true, "nats": true}})
+    );
 }

@@ -37,9 +37,15 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
     let mut options = StackOptions::new(slow_scenario()).env("JOB_ACK_WAIT_MS", "1500");
     options.services.retain(|s| *s != Service::Worker);
     let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    stack.start(Service::Worker, "worker-a", &[]).await.expect("first worker");
+    stack
+        .start(Service::Worker, "worker-a", &[])
+        .await
+        .expect("first worker");
 
-    let task = stack.create_task(json!({"instruction": "crash test: write out.txt"})).await.expect("task");
+    let task = stack
+        .create_task(json!({"instruction": "crash test: write out.txt"}))
+        .await
+        .expect("task");
     let task_id = task["id"].as_str().expect("id").to_owned();
     let mut stream = stack.stream(&task_id, None).await.expect("stream");
     // Wait until the second turn is streaming: a text delta after the tool result.
@@ -50,21 +56,41 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
             seen_result && item.event == "delta"
         })
         .await;
-    assert_eq!(before_kill.last().map(|i| i.event.as_str()), Some("delta"), "the second turn started: {before_kill:#?}");
+    assert_eq!(
+        before_kill.last().map(|i| i.event.as_str()),
+        Some("delta"),
+        "the second turn started: {before_kill:#?}"
+    );
 
     stack.kill("worker-a").await;
-    stack.start(Service::Worker, "worker-b", &[]).await.expect("second worker");
+    stack
+        .start(Service::Worker, "worker-b", &[])
+        .await
+        .expect("second worker");
     let done = stack
         .wait_for_status(&task_id, &["succeeded", "failed"], Duration::from_secs(40))
         .await
         .expect("the job ends");
     assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    assert_eq!(done["latest_job"]["attempt"], 2, "claimed twice: once per worker");
+    assert_eq!(
+        done["latest_job"]["attempt"], 2,
+        "claimed twice: once per worker"
+    );
 
     let events = stack.events(&task_id).await.expect("events");
-    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().expect("seq")).collect();
-    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no seq duplicated or skipped");
-    let job_seqs: Vec<i64> = events.iter().map(|e| e["job_seq"].as_i64().expect("job_seq")).collect();
+    let seqs: Vec<i64> = events
+        .iter()
+        .map(|e| e["seq"].as_i64().expect("seq"))
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "no seq duplicated or skipped"
+    );
+    let job_seqs: Vec<i64> = events
+        .iter()
+        .map(|e| e["job_seq"].as_i64().expect("job_seq"))
+        .collect();
     assert_eq!(job_seqs, seqs, "one job: job_seq matches seq");
 
     let states: Vec<(String, Option<String>)> = events
@@ -72,7 +98,10 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
         .filter(|e| e["kind"] == "job_state")
         .map(|e| {
             let p = &e["payload"];
-            (p["status"].as_str().unwrap_or_default().to_owned(), p["worker_id"].as_str().map(str::to_owned))
+            (
+                p["status"].as_str().unwrap_or_default().to_owned(),
+                p["worker_id"].as_str().map(str::to_owned),
+            )
         })
         .collect();
     assert_eq!(
@@ -89,22 +118,56 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
     let mut per_kind: HashMap<String, usize> = HashMap::new();
     for e in &events {
         let key = match e["kind"].as_str() {
-            Some("message") => format!("message:{}", e["payload"]["role"].as_str().unwrap_or_default()),
+            Some("message") => format!(
+                "message:{}",
+                e["payload"]["role"].as_str().unwrap_or_default()
+            ),
             Some(kind) => kind.to_owned(),
             None => "?".to_owned(),
         };
         *per_kind.entry(key).or_default() += 1;
     }
-    assert_eq!(per_kind.get("message:system"), Some(&1), "one system message: {per_kind:?}");
-    assert_eq!(per_kind.get("message:user"), Some(&1), "one user message: {per_kind:?}");
-    assert_eq!(per_kind.get("message:assistant"), Some(&2), "one message per LLM turn: {per_kind:?}");
-    assert_eq!(per_kind.get("tool_call"), Some(&2), "write_file and complete, once each: {per_kind:?}");
-    assert_eq!(per_kind.get("tool_result"), Some(&2), "one result per call: {per_kind:?}");
+    assert_eq!(
+        per_kind.get("message:system"),
+        Some(&1),
+        "one system message: {per_kind:?}"
+    );
+    assert_eq!(
+        per_kind.get("message:user"),
+        Some(&1),
+        "one user message: {per_kind:?}"
+    );
+    assert_eq!(
+        per_kind.get("message:assistant"),
+        Some(&2),
+        "one message per LLM turn: {per_kind:?}"
+    );
+    assert_eq!(
+        per_kind.get("tool_call"),
+        Some(&2),
+        "write_file and complete, once each: {per_kind:?}"
+    );
+    assert_eq!(
+        per_kind.get("tool_result"),
+        Some(&2),
+        "one result per call: {per_kind:?}"
+    );
 
     let requests = stack.llm.requests().await.expect("LLM requests");
-    let turns: Vec<i64> = requests.iter().map(|r| r["turn"].as_i64().unwrap_or(-1)).collect();
-    assert_eq!(turns.iter().filter(|t| **t == 0).count(), 1, "the committed first turn was not asked again: {turns:?}");
-    assert_eq!(turns.iter().filter(|t| **t == 1).count(), 2, "the interrupted turn was asked again: {turns:?}");
+    let turns: Vec<i64> = requests
+        .iter()
+        .map(|r| r["turn"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(
+        turns.iter().filter(|t| **t == 0).count(),
+        1,
+        "the committed first turn was not asked again: {turns:?}"
+    );
+    assert_eq!(
+        turns.iter().filter(|t| **t == 1).count(),
+        2,
+        "the interrupted turn was asked again: {turns:?}"
+    );
     let file = std::fs::read_to_string(stack.workspace(&task_id).join("out.txt")).expect("file");
     assert_eq!(file, "once");
 }
@@ -134,12 +197,24 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         profile: "default",
         max_attempts: 3,
     };
-    assert!(maestro_db::tasks::create(&stack.db.pool, &new).await.expect("insert"), "task inserted");
+    assert!(
+        maestro_db::tasks::create(&stack.db.pool, &new)
+            .await
+            .expect("insert"),
+        "task inserted"
+    );
 
     let done = stack
-        .wait_for_status(&task_id.to_string(), &["succeeded"], Duration::from_secs(20))
+        .wait_for_status(
+            &task_id.to_string(),
+            &["succeeded"],
+            Duration::from_secs(20),
+        )
         .await
         .expect("the scheduler dispatched the job and a worker ran it");
     assert_eq!(done["latest_job"]["result"], "finished");
-    assert_eq!(done["latest_job"]["attempt"], 1, "dispatched once more, claimed once");
+    assert_eq!(
+        done["latest_job"]["attempt"], 1,
+        "dispatched once more, claimed once"
+    );
 }

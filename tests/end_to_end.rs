@@ -51,7 +51,9 @@ async fn webhook_receiver() -> (String, mpsc::UnboundedReceiver<(HeaderMap, Byte
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the receiver");
     let url = format!("http://{}/hook", listener.local_addr().expect("address"));
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, rx)
@@ -60,12 +62,29 @@ async fn webhook_receiver() -> (String, mpsc::UnboundedReceiver<(HeaderMap, Byte
 /// Standard Webhooks verification, written from the specification rather than reusing the
 /// notifier's code: base64(HMAC-SHA256(key, "<id>.<timestamp>.<body>")) behind "v1,".
 fn verify_signature(secret: &str, headers: &HeaderMap, body: &[u8]) {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let (id, timestamp, signature) = (header("webhook-id"), header("webhook-timestamp"), header("webhook-signature"));
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (id, timestamp, signature) = (
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+    );
     assert!(!id.is_empty(), "webhook-id header is present");
-    let ts: i64 = timestamp.parse().expect("webhook-timestamp is unix seconds");
-    assert!((chrono::Utc::now().timestamp() - ts).abs() < 300, "timestamp is current");
-    let key = STANDARD.decode(secret.strip_prefix("whsec_").expect("whsec_ prefix")).expect("base64 secret");
+    let ts: i64 = timestamp
+        .parse()
+        .expect("webhook-timestamp is unix seconds");
+    assert!(
+        (chrono::Utc::now().timestamp() - ts).abs() < 300,
+        "timestamp is current"
+    );
+    let key = STANDARD
+        .decode(secret.strip_prefix("whsec_").expect("whsec_ prefix"))
+        .expect("base64 secret");
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key).expect("hmac key");
     mac.update(format!("{id}.{timestamp}.").as_bytes());
     mac.update(body);
@@ -79,7 +98,9 @@ fn verify_signature(secret: &str, headers: &HeaderMap, body: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_runs_end_to_end_through_all_five_services() {
     let (hook_url, mut hooks) = webhook_receiver().await;
-    let stack = Stack::spawn(StackOptions::new(scenarios())).await.expect("the stack starts");
+    let stack = Stack::spawn(StackOptions::new(scenarios()))
+        .await
+        .expect("the stack starts");
     let nats = stack.nats.client().await.expect("connect to NATS");
     let mut notify = nats
         .subscribe(format!("{}.notify.task.succeeded", stack.prefix))
@@ -97,14 +118,20 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         .json()
         .await
         .expect("webhook json");
-    let secret = webhook["secret"].as_str().expect("the secret is shown once").to_owned();
+    let secret = webhook["secret"]
+        .as_str()
+        .expect("the secret is shown once")
+        .to_owned();
 
     let task = stack
         .create_task(json!({"instruction": "Please write the note into notes/note.txt"}))
         .await
         .expect("task created");
     let task_id = task["id"].as_str().expect("task id").to_owned();
-    assert_eq!(task["latest_job"]["status"], "queued", "a new task has a queued job");
+    assert_eq!(
+        task["latest_job"]["status"], "queued",
+        "a new task has a queued job"
+    );
     assert_eq!(task["piece"], "chat", "the default piece");
 
     // The live stream, read until the job succeeds.
@@ -115,9 +142,18 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         })
         .await;
     let last = items.last().expect("the stream delivered items");
-    assert_eq!(last.data["payload"]["status"], "succeeded", "the stream ends with success: {items:#?}");
-    let ids: Vec<maestro_domain::StreamId> = items.iter().map(|i| i.id.parse().expect("stream id")).collect();
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "stream ids strictly increase: {ids:?}");
+    assert_eq!(
+        last.data["payload"]["status"], "succeeded",
+        "the stream ends with success: {items:#?}"
+    );
+    let ids: Vec<maestro_domain::StreamId> = items
+        .iter()
+        .map(|i| i.id.parse().expect("stream id"))
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "stream ids strictly increase: {ids:?}"
+    );
     let streamed: String = items
         .iter()
         .filter(|i| i.event == "delta" && i.data["type"] == "text")
@@ -128,46 +164,91 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         "every text delta of both turns arrived live, in order"
     );
     assert!(
-        items.iter().any(|i| i.event == "delta" && i.data["type"] == "tool_call"),
+        items
+            .iter()
+            .any(|i| i.event == "delta" && i.data["type"] == "tool_call"),
         "tool-call deltas are streamed too"
     );
 
     // The persisted events tell the whole story, merged.
     let events = stack.events(&task_id).await.expect("events");
-    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().expect("seq")).collect();
-    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "seq is gap-free from 1");
-    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().expect("kind")).collect();
+    let seqs: Vec<i64> = events
+        .iter()
+        .map(|e| e["seq"].as_i64().expect("seq"))
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "seq is gap-free from 1"
+    );
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["kind"].as_str().expect("kind"))
+        .collect();
     assert_eq!(
         kinds,
         [
-            "job_state", "job_state", "message", "message", "message", "tool_call", "tool_result",
-            "message", "tool_call", "tool_result", "job_state"
+            "job_state",
+            "job_state",
+            "message",
+            "message",
+            "message",
+            "tool_call",
+            "tool_result",
+            "message",
+            "tool_call",
+            "tool_result",
+            "job_state"
         ],
         "queued, running, system, user, assistant+call, result, assistant+complete, result, succeeded"
     );
     let first_answer = &events[4]["payload"];
     assert_eq!(first_answer["role"], "assistant");
-    assert_eq!(first_answer["content"], "I will write the note now.", "the message event holds the merged text");
-    assert_eq!(first_answer["tool_calls"][0]["function"]["name"], "write_file");
-    assert!(first_answer["usage"]["promptTokens"].as_u64().unwrap_or(0) > 0, "usage is recorded");
+    assert_eq!(
+        first_answer["content"], "I will write the note now.",
+        "the message event holds the merged text"
+    );
+    assert_eq!(
+        first_answer["tool_calls"][0]["function"]["name"],
+        "write_file"
+    );
+    assert!(
+        first_answer["usage"]["promptTokens"].as_u64().unwrap_or(0) > 0,
+        "usage is recorded"
+    );
     let call = &events[5]["payload"];
     assert_eq!(call["name"], "write_file");
-    assert_eq!(call["message_seq"], events[4]["seq"], "the tool call links to the message that proposed it");
+    assert_eq!(
+        call["message_seq"], events[4]["seq"],
+        "the tool call links to the message that proposed it"
+    );
     let result = &events[6]["payload"];
     assert_eq!(result["call_id"], call["call_id"]);
     assert_eq!(result["is_error"], false);
-    assert_eq!(result["content"], format!("wrote {} bytes to notes/note.txt", NOTE.len()));
+    assert_eq!(
+        result["content"],
+        format!("wrote {} bytes to notes/note.txt", NOTE.len())
+    );
     assert_eq!(events[10]["payload"]["result"], "Wrote notes/note.txt");
-    let second_request_cache = events[7]["payload"]["usage"]["cachedPromptTokens"].as_u64().unwrap_or(0);
-    assert!(second_request_cache > 0, "the second request reused the first one's prefix");
+    let second_request_cache = events[7]["payload"]["usage"]["cachedPromptTokens"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        second_request_cache > 0,
+        "the second request reused the first one's prefix"
+    );
 
     let done = stack.get_task(&task_id).await.expect("task");
     assert_eq!(done["latest_job"]["status"], "succeeded");
     assert_eq!(done["latest_job"]["result"], "Wrote notes/note.txt");
     assert_eq!(done["latest_job"]["attempt"], 1);
 
-    let written = std::fs::read_to_string(stack.workspace(&task_id).join("notes/note.txt")).expect("the file exists");
-    assert_eq!(written, NOTE, "the tool-runner wrote the file in the task's workspace");
+    let written = std::fs::read_to_string(stack.workspace(&task_id).join("notes/note.txt"))
+        .expect("the file exists");
+    assert_eq!(
+        written, NOTE,
+        "the tool-runner wrote the file in the task's workspace"
+    );
 
     let (headers, body) = tokio::time::timeout(Duration::from_secs(15), hooks.recv())
         .await
@@ -185,9 +266,14 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         .expect("a notification on NATS")
         .expect("subscription open");
     let published: Value = serde_json::from_slice(&message.payload).expect("notification JSON");
-    assert_eq!(published, payload, "NATS subscribers get the same notification as webhooks");
+    assert_eq!(
+        published, payload,
+        "NATS subscribers get the same notification as webhooks"
+    );
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), hooks.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(500), hooks.recv())
+            .await
+            .is_err(),
         "exactly one webhook for one notification"
     );
 }

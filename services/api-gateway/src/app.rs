@@ -33,29 +33,50 @@ impl AppState {
     /// Connect to Postgres and NATS (migrating and creating streams when asked).
     pub async fn connect(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
         let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-        let pool = maestro_db::connect(&settings.common.database_url, settings.common.db_max_connections)
-            .await
-            .context("connect to Postgres")?;
+        let pool = maestro_db::connect(
+            &settings.common.database_url,
+            settings.common.db_max_connections,
+        )
+        .await
+        .context("connect to Postgres")?;
         if settings.common.migrate_on_start {
-            maestro_db::migrate(&pool).await.context("apply migrations")?;
+            maestro_db::migrate(&pool)
+                .await
+                .context("apply migrations")?;
         }
         let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-api-gateway")
             .await
             .context("connect to NATS")?;
         let js = async_nats::jetstream::new(nats.clone());
         setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
-        Ok(Self { pool, nats, js, subjects, settings: Arc::new(settings), shutdown })
+        Ok(Self {
+            pool,
+            nats,
+            js,
+            subjects,
+            settings: Arc::new(settings),
+            shutdown,
+        })
     }
 }
 
 /// All routes.
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
-        .route("/api/local/tasks", post(routes::tasks::create).get(routes::tasks::list))
+        .route(
+            "/api/local/tasks",
+            post(routes::tasks::create).get(routes::tasks::list),
+        )
         .route("/api/local/tasks/{id}", get(routes::tasks::get))
         .route("/api/local/tasks/{id}/events", get(routes::tasks::events))
-        .route("/api/local/tasks/{id}/stream", get(routes::stream::task_stream))
-        .route("/api/webhooks", post(routes::webhooks::create).get(routes::webhooks::list))
+        .route(
+            "/api/local/tasks/{id}/stream",
+            get(routes::stream::task_stream),
+        )
+        .route(
+            "/api/webhooks",
+            post(routes::webhooks::create).get(routes::webhooks::list),
+        )
         .route("/api/webhooks/{id}", delete(routes::webhooks::delete))
         .fallback(routes::not_found);
     Router::new()
@@ -63,16 +84,18 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(routes::health::readyz))
         .merge(api)
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-            let span = tracing::info_span!(
-                "http",
-                method = %request.method(),
-                path = %request.uri().path(),
-                owner = tracing::field::Empty
-            );
-            maestro_runtime::http_trace::adopt(&span, request.headers());
-            span
-        }))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let span = tracing::info_span!(
+                    "http",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    owner = tracing::field::Empty
+                );
+                maestro_runtime::http_trace::adopt(&span, request.headers());
+                span
+            }),
+        )
         .with_state(state)
 }
 

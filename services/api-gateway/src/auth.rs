@@ -17,12 +17,22 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts.headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
         let token = header
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
             .map(str::trim)
             .ok_or(ApiError::Unauthorized)?;
-        let owner = state.settings.tokens.get(token).ok_or(ApiError::Unauthorized)?;
+        let owner = state
+            .settings
+            .tokens
+            .get(token)
+            .ok_or(ApiError::Unauthorized)?;
         tracing::Span::current().record("owner", owner.as_str());
         Ok(Caller(owner.clone()))
     }

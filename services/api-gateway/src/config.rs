@@ -48,7 +48,9 @@ pub const DEV_TOKENS: &str = "dev-token=dev";
 impl Settings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let addr = env.string("GATEWAY_ADDR", "127.0.0.1:8080");
-        let addr = addr.parse().map_err(|_| env.invalid("GATEWAY_ADDR", "expected host:port"))?;
+        let addr = addr
+            .parse()
+            .map_err(|_| env.invalid("GATEWAY_ADDR", "expected host:port"))?;
         let tokens = parse_tokens(&env.string("API_TOKENS", DEV_TOKENS))
             .map_err(|reason| env.invalid("API_TOKENS", reason))?;
         let allowed_models = env

@@ -38,7 +38,10 @@ impl ApiError {
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::BadRequest { code, message: message.into() }
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
     }
 
     fn status_and_code(&self) -> (StatusCode, &'static str) {
@@ -49,7 +52,9 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Unexpected(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -71,7 +76,9 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
             JsonRejection::JsonDataError(e) => ApiError::invalid("invalid_request", e.body_text()),
-            JsonRejection::JsonSyntaxError(e) => ApiError::bad_request("invalid_json", e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => {
+                ApiError::bad_request("invalid_json", e.body_text())
+            }
             JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType(
                 "send the body as JSON with Content-Type: application/json".to_owned(),
             ),
@@ -99,6 +106,10 @@ impl IntoResponse for ApiError {
                 other.to_string()
             }
         };
-        (status, Json(json!({"error": {"code": code, "message": message}}))).into_response()
+        (
+            status,
+            Json(json!({"error": {"code": code, "message": message}})),
+        )
+            .into_response()
     }
 }

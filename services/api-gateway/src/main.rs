@@ -6,7 +6,10 @@ use maestro_runtime::{Env, telemetry};
 async fn main() -> anyhow::Result<()> {
     maestro_runtime::init_process();
     let env = Env::from_process();
-    let _telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(&env, "api-gateway")?);
+    let _telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(
+        &env,
+        "api-gateway",
+    )?);
     let settings = maestro_api_gateway::Settings::from_env(&env)?;
     if env.opt("API_TOKENS").is_none() {
         tracing::warn!("API_TOKENS is not set: only the local development token is accepted");

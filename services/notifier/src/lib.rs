@@ -19,18 +19,27 @@ pub use config::Settings;
 /// Run both consumers until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-    let pool = maestro_db::connect(&settings.common.database_url, settings.common.db_max_connections)
-        .await
-        .context("connect to Postgres")?;
+    let pool = maestro_db::connect(
+        &settings.common.database_url,
+        settings.common.db_max_connections,
+    )
+    .await
+    .context("connect to Postgres")?;
     if settings.common.migrate_on_start {
-        maestro_db::migrate(&pool).await.context("apply migrations")?;
+        maestro_db::migrate(&pool)
+            .await
+            .context("apply migrations")?;
     }
     let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-notifier")
         .await
         .context("connect to NATS")?;
     let js = async_nats::jetstream::new(nats);
     setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
-    let events_settings = ConsumerSettings { ack_wait: Duration::from_secs(30), max_deliver: 20, max_ack_pending: 1000 };
+    let events_settings = ConsumerSettings {
+        ack_wait: Duration::from_secs(30),
+        max_deliver: 20,
+        max_ack_pending: 1000,
+    };
     let states = setup::job_state_consumer(&js, &subjects, &events_settings).await?;
     let hook_settings = ConsumerSettings {
         ack_wait: settings.webhook_timeout * 3,
@@ -73,7 +82,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 }
 
 /// Keep a message the notifier gives up on.
-pub(crate) async fn record_dead_letter(pool: &maestro_db::PgPool, consumer: &str, delivery: &Delivery, reason: &str) {
+pub(crate) async fn record_dead_letter(
+    pool: &maestro_db::PgPool,
+    consumer: &str,
+    delivery: &Delivery,
+    reason: &str,
+) {
     let letter = maestro_db::dead_letters::DeadLetter {
         consumer,
         subject: &delivery.message.subject,

@@ -27,7 +27,9 @@ impl Handler for JobStateHandler {
             Ok(_) => return Outcome::Done,
             Err(e) => return Outcome::Poison(format!("malformed job_state payload: {e}")),
         };
-        let Some(kind) = NotificationType::for_status(change.status) else { return Outcome::Done };
+        let Some(kind) = NotificationType::for_status(change.status) else {
+            return Outcome::Done;
+        };
         match self.record(&event, kind, change).await {
             Ok(()) => Outcome::Done,
             Err(e) => {

@@ -29,36 +29,49 @@ impl Handler for DeliveryHandler {
             Ok(message) => message,
             Err(e) => return Outcome::Poison(format!("malformed delivery message: {e}")),
         };
-        let pending = match maestro_db::webhooks::load_delivery(&self.pool, message.delivery_id).await {
-            Ok(Some(pending)) => pending,
-            Ok(None) => return Outcome::Done,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot load a delivery; will retry");
-                return Outcome::Retry(Duration::from_secs(1));
-            }
-        };
+        let pending =
+            match maestro_db::webhooks::load_delivery(&self.pool, message.delivery_id).await {
+                Ok(Some(pending)) => pending,
+                Ok(None) => return Outcome::Done,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot load a delivery; will retry");
+                    return Outcome::Retry(Duration::from_secs(1));
+                }
+            };
         if pending.status != "pending" {
             return Outcome::Done;
         }
         let attempt = if pending.subscription_active {
             self.send(&pending).await
         } else {
-            Attempt::Failed { status_code: None, error: "subscription deleted".to_owned(), give_up: true }
+            Attempt::Failed {
+                status_code: None,
+                error: "subscription deleted".to_owned(),
+                give_up: true,
+            }
         };
         let attempt = match attempt {
-            Attempt::Failed { status_code, error, .. } if delivery.is_last_attempt() => {
-                Attempt::Failed { status_code, error, give_up: true }
-            }
+            Attempt::Failed {
+                status_code, error, ..
+            } if delivery.is_last_attempt() => Attempt::Failed {
+                status_code,
+                error,
+                give_up: true,
+            },
             other => other,
         };
-        if let Err(e) = maestro_db::webhooks::record_attempt(&self.pool, pending.id, &attempt).await {
+        if let Err(e) = maestro_db::webhooks::record_attempt(&self.pool, pending.id, &attempt).await
+        {
             tracing::warn!(error = %e, "cannot record a delivery attempt");
         }
         match attempt {
             Attempt::Delivered { .. } | Attempt::Failed { give_up: true, .. } => Outcome::Done,
-            Attempt::Failed { .. } => {
-                Outcome::Retry(backoff(delivery.attempt as i32, self.retry_base, self.retry_max, None))
-            }
+            Attempt::Failed { .. } => Outcome::Retry(backoff(
+                delivery.attempt as i32,
+                self.retry_base,
+                self.retry_max,
+                None,
+            )),
         }
     }
 
@@ -71,7 +84,13 @@ impl DeliveryHandler {
     async fn send(&self, pending: &PendingDelivery) -> Attempt {
         let secret = match WebhookSecret::parse(&pending.secret) {
             Ok(secret) => secret,
-            Err(e) => return Attempt::Failed { status_code: None, error: e.to_string(), give_up: true },
+            Err(e) => {
+                return Attempt::Failed {
+                    status_code: None,
+                    error: e.to_string(),
+                    give_up: true,
+                };
+            }
         };
         let body = Bytes::from(serde_json::to_vec(&pending.payload).unwrap_or_default());
         let msg_id = format!("msg_{}", pending.notification_id.simple());
@@ -96,16 +115,26 @@ impl DeliveryHandler {
         match request.send().await {
             Ok(response) if response.status().is_success() => {
                 tracing::info!(delivery_id = %pending.id, status = response.status().as_u16(), "webhook delivered");
-                Attempt::Delivered { status_code: i32::from(response.status().as_u16()) }
+                Attempt::Delivered {
+                    status_code: i32::from(response.status().as_u16()),
+                }
             }
             Ok(response) => {
                 let status = response.status().as_u16();
                 tracing::warn!(delivery_id = %pending.id, status, "webhook refused");
-                Attempt::Failed { status_code: Some(i32::from(status)), error: format!("HTTP {status}"), give_up: false }
+                Attempt::Failed {
+                    status_code: Some(i32::from(status)),
+                    error: format!("HTTP {status}"),
+                    give_up: false,
+                }
             }
             Err(e) => {
                 tracing::warn!(delivery_id = %pending.id, error = %e, "webhook not delivered");
-                Attempt::Failed { status_code: None, error: e.to_string(), give_up: false }
+                Attempt::Failed {
+                    status_code: None,
+                    error: e.to_string(),
+                    give_up: false,
+                }
             }
         }
     }

@@ -16,11 +16,16 @@ pub use config::Settings;
 /// Run the relay and the re-dispatcher until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-    let pool = maestro_db::connect(&settings.common.database_url, settings.common.db_max_connections)
-        .await
-        .context("connect to Postgres")?;
+    let pool = maestro_db::connect(
+        &settings.common.database_url,
+        settings.common.db_max_connections,
+    )
+    .await
+    .context("connect to Postgres")?;
     if settings.common.migrate_on_start {
-        maestro_db::migrate(&pool).await.context("apply migrations")?;
+        maestro_db::migrate(&pool)
+            .await
+            .context("apply migrations")?;
     }
     let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-scheduler")
         .await

@@ -42,9 +42,19 @@ impl Redispatcher {
     pub async fn once(&self) -> anyhow::Result<usize> {
         let stalled = maestro_db::jobs::take_stalled(&self.pool, self.grace, 200).await?;
         for job in &stalled {
-            let dispatch = JobDispatch { job_id: job.job_id, task_id: job.task_id, attempt: job.attempt };
+            let dispatch = JobDispatch {
+                job_id: job.job_id,
+                task_id: job.task_id,
+                attempt: job.attempt,
+            };
             let subject = self.subjects.dispatch(&job.profile);
-            maestro_messaging::publish::publish_json(&self.js, subject, &dispatch.message_id(), &dispatch).await?;
+            maestro_messaging::publish::publish_json(
+                &self.js,
+                subject,
+                &dispatch.message_id(),
+                &dispatch,
+            )
+            .await?;
             tracing::info!(job_id = %job.job_id, attempt = job.attempt, "job dispatched again");
         }
         Ok(stalled.len())

@@ -108,7 +108,11 @@ impl Relay {
                 headers.insert("traceparent", traceparent.as_str());
             }
             let payload = Bytes::from(serde_json::to_vec(&row.payload)?);
-            acks.push(self.js.publish_with_headers(subject, headers, payload).await?);
+            acks.push(
+                self.js
+                    .publish_with_headers(subject, headers, payload)
+                    .await?,
+            );
         }
         try_join_all(acks.into_iter().map(std::future::IntoFuture::into_future)).await?;
         Ok(())

@@ -6,7 +6,10 @@ use maestro_runtime::{Env, telemetry};
 async fn main() -> anyhow::Result<()> {
     maestro_runtime::init_process();
     let env = Env::from_process();
-    let _telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(&env, "tool-runner")?);
+    let _telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(
+        &env,
+        "tool-runner",
+    )?);
     let settings = maestro_tool_runner::Settings::from_env(&env)?;
     tracing::info!(?settings, "starting tool-runner");
     let shutdown = maestro_runtime::shutdown::on_signal();

@@ -24,8 +24,12 @@ pub const QUEUE_GROUP: &str = "tool-runners";
 /// Serve tool calls until `shutdown` is cancelled.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let subjects = Subjects::new(&settings.subject_prefix).context("SUBJECT_PREFIX")?;
-    std::fs::create_dir_all(&settings.workspaces_dir)
-        .with_context(|| format!("create WORKSPACES_DIR {}", settings.workspaces_dir.display()))?;
+    std::fs::create_dir_all(&settings.workspaces_dir).with_context(|| {
+        format!(
+            "create WORKSPACES_DIR {}",
+            settings.workspaces_dir.display()
+        )
+    })?;
     let client = maestro_messaging::connect(&settings.nats_url, "maestro-tool-runner")
         .await
         .context("connect to NATS")?;
@@ -46,11 +50,21 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             _ = shutdown.cancelled() => break,
         };
         let Some(message) = message else { break };
-        let Some(reply) = message.reply.clone() else { continue };
-        let permit = permits.clone().acquire_owned().await.expect("semaphore is never closed");
+        let Some(reply) = message.reply.clone() else {
+            continue;
+        };
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore is never closed");
         let client = client.clone();
         let settings = settings.clone();
-        let span = tracing::info_span!("tool_call", tool = tracing::field::Empty, task_id = tracing::field::Empty);
+        let span = tracing::info_span!(
+            "tool_call",
+            tool = tracing::field::Empty,
+            task_id = tracing::field::Empty
+        );
         maestro_messaging::trace::adopt(&span, message.headers.as_ref());
         in_flight.spawn(
             async move {
@@ -66,7 +80,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         while in_flight.try_join_next().is_some() {}
     }
     let _ = requests.unsubscribe().await;
-    tracing::info!(in_flight = in_flight.len(), "stopping; finishing calls in flight");
+    tracing::info!(
+        in_flight = in_flight.len(),
+        "stopping; finishing calls in flight"
+    );
     while in_flight.join_next().await.is_some() {}
     client.flush().await.ok();
     Ok(())
@@ -75,13 +92,21 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 async fn handle(settings: &Settings, payload: &[u8]) -> ToolExecReply {
     let request: ToolExecRequest = match serde_json::from_slice(payload) {
         Ok(request) => request,
-        Err(e) => return ToolExecReply { ok: false, output: format!("malformed tool request: {e}") },
+        Err(e) => {
+            return ToolExecReply {
+                ok: false,
+                output: format!("malformed tool request: {e}"),
+            };
+        }
     };
     let span = tracing::Span::current();
     span.record("tool", request.tool.as_str());
     span.record("task_id", tracing::field::display(request.task_id));
     let root = settings.workspaces_dir.clone();
-    let limits = Limits { max_read_bytes: settings.max_read_bytes, max_output_bytes: settings.max_output_bytes };
+    let limits = Limits {
+        max_read_bytes: settings.max_read_bytes,
+        max_output_bytes: settings.max_output_bytes,
+    };
     let result = tokio::task::spawn_blocking(move || {
         let workspace = Workspace::open(&root, request.task_id)
             .map_err(|e| format!("cannot open the task workspace: {e}"))?;

@@ -20,7 +20,12 @@ pub struct Limits {
 const MAX_LISTED: usize = 2000;
 
 /// Run `tool` with `arguments` in `workspace`.
-pub fn execute(workspace: &Workspace, tool: &str, arguments: Value, limits: Limits) -> Result<String, String> {
+pub fn execute(
+    workspace: &Workspace,
+    tool: &str,
+    arguments: Value,
+    limits: Limits,
+) -> Result<String, String> {
     let output = match tool {
         "read_file" => read_file(workspace, parse(arguments)?, limits),
         "write_file" => write_file(workspace, parse(arguments)?),
@@ -68,7 +73,10 @@ fn read_file(ws: &Workspace, args: PathArgs, limits: Limits) -> Result<String, S
         Err(_) => return Err(format!("{} is not UTF-8 text", args.path)),
     };
     if total > limits.max_read_bytes {
-        Ok(format!("{text}\n[truncated: the file has {total} bytes; the first {} are shown]", text.len()))
+        Ok(format!(
+            "{text}\n[truncated: the file has {total} bytes; the first {} are shown]",
+            text.len()
+        ))
     } else {
         Ok(text)
     }
@@ -90,7 +98,11 @@ fn write_file(ws: &Workspace, args: WriteArgs) -> Result<String, String> {
     ));
     std::fs::write(&tmp, args.content.as_bytes()).map_err(|e| io_error(&args.path, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| io_error(&args.path, e))?;
-    Ok(format!("wrote {} bytes to {}", args.content.len(), args.path))
+    Ok(format!(
+        "wrote {} bytes to {}",
+        args.content.len(),
+        args.path
+    ))
 }
 
 fn list_files(ws: &Workspace, args: ListArgs) -> Result<String, String> {
@@ -122,7 +134,11 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
             continue;
         }
         let path = entry.path();
-        let relative = path.strip_prefix(base).unwrap_or(&path).to_string_lossy().into_owned();
+        let relative = path
+            .strip_prefix(base)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
         // file_type() does not follow symlinks, so a link to a directory is not descended.
         if entry.file_type()?.is_dir() {
             out.push(format!("{relative}/"));
@@ -165,20 +181,43 @@ mod tests {
     use maestro_domain::TaskId;
     use serde_json::json;
 
-    const LIMITS: Limits = Limits { max_read_bytes: 16, max_output_bytes: 1024 };
+    const LIMITS: Limits = Limits {
+        max_read_bytes: 16,
+        max_output_bytes: 1024,
+    };
 
     #[test]
     fn files_are_written_read_and_listed_inside_the_workspace() {
         let dir = tempfile::tempdir().expect("tempdir");
         let ws = Workspace::open(dir.path(), TaskId::new()).expect("open");
-        let wrote = execute(&ws, "write_file", json!({"path": "notes/a.txt", "content": "hello"}), LIMITS);
+        let wrote = execute(
+            &ws,
+            "write_file",
+            json!({"path": "notes/a.txt", "content": "hello"}),
+            LIMITS,
+        );
         assert_eq!(wrote, Ok("wrote 5 bytes to notes/a.txt".to_owned()));
-        assert_eq!(execute(&ws, "read_file", json!({"path": "notes/a.txt"}), LIMITS), Ok("hello".into()));
-        assert_eq!(execute(&ws, "list_files", json!({}), LIMITS), Ok("notes/\nnotes/a.txt\n".into()));
+        assert_eq!(
+            execute(&ws, "read_file", json!({"path": "notes/a.txt"}), LIMITS),
+            Ok("hello".into())
+        );
+        assert_eq!(
+            execute(&ws, "list_files", json!({}), LIMITS),
+            Ok("notes/\nnotes/a.txt\n".into())
+        );
         let long = "x".repeat(40);
-        execute(&ws, "write_file", json!({"path": "long.txt", "content": long}), LIMITS).expect("write");
+        execute(
+            &ws,
+            "write_file",
+            json!({"path": "long.txt", "content": long}),
+            LIMITS,
+        )
+        .expect("write");
         let read = execute(&ws, "read_file", json!({"path": "long.txt"}), LIMITS).expect("read");
-        assert!(read.starts_with(&"x".repeat(16)) && read.contains("[truncated"), "{read}");
+        assert!(
+            read.starts_with(&"x".repeat(16)) && read.contains("[truncated"),
+            "{read}"
+        );
     }
 
     #[test]
@@ -187,7 +226,9 @@ mod tests {
         let ws = Workspace::open(dir.path(), TaskId::new()).expect("open");
         let err = |tool, args| execute(&ws, tool, args, LIMITS).expect_err("should fail");
         assert!(err("read_file", json!({"path": "missing"})).contains("no such file"));
-        assert!(err("read_file", json!({"path": "../../etc/passwd"})).contains("outside the workspace"));
+        assert!(
+            err("read_file", json!({"path": "../../etc/passwd"})).contains("outside the workspace")
+        );
         assert!(err("write_file", json!({"path": "/tmp/x", "content": ""})).contains("absolute"));
         assert!(err("write_file", json!({"path": "a"})).contains("invalid arguments"));
         assert!(err("rm", json!({})).contains("unknown tool"));

@@ -30,7 +30,9 @@ impl Workspace {
     pub fn open(root: &Path, task_id: TaskId) -> io::Result<Self> {
         let dir = root.join(task_id.to_string());
         std::fs::create_dir_all(&dir)?;
-        Ok(Self { root: dir.canonicalize()? })
+        Ok(Self {
+            root: dir.canonicalize()?,
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -78,7 +80,9 @@ impl Workspace {
                 },
             }
         }
-        let real = existing.canonicalize().map_err(|_| PathError::Escapes(relative.to_owned()))?;
+        let real = existing
+            .canonicalize()
+            .map_err(|_| PathError::Escapes(relative.to_owned()))?;
         if real.starts_with(&self.root) {
             Ok(())
         } else {
@@ -100,12 +104,24 @@ mod tests {
     #[test]
     fn paths_inside_resolve_and_paths_outside_are_refused() {
         let (_dir, ws) = workspace();
-        assert_eq!(ws.resolve("a/b.txt").expect("inside"), ws.root().join("a/b.txt"));
-        assert_eq!(ws.resolve("a/../b.txt").expect("inside"), ws.root().join("b.txt"));
-        assert_eq!(ws.resolve("."). expect("root"), ws.root().to_path_buf());
-        assert!(matches!(ws.resolve("/etc/passwd"), Err(PathError::Absolute(_))));
+        assert_eq!(
+            ws.resolve("a/b.txt").expect("inside"),
+            ws.root().join("a/b.txt")
+        );
+        assert_eq!(
+            ws.resolve("a/../b.txt").expect("inside"),
+            ws.root().join("b.txt")
+        );
+        assert_eq!(ws.resolve(".").expect("root"), ws.root().to_path_buf());
+        assert!(matches!(
+            ws.resolve("/etc/passwd"),
+            Err(PathError::Absolute(_))
+        ));
         assert!(matches!(ws.resolve("../x"), Err(PathError::Escapes(_))));
-        assert!(matches!(ws.resolve("a/../../x"), Err(PathError::Escapes(_))));
+        assert!(matches!(
+            ws.resolve("a/../../x"),
+            Err(PathError::Escapes(_))
+        ));
     }
 
     #[test]
@@ -116,7 +132,13 @@ mod tests {
         std::os::unix::fs::symlink(&outside, ws.root().join("link")).expect("symlink");
         std::os::unix::fs::symlink(dir.path(), ws.root().join("up")).expect("symlink");
         assert!(matches!(ws.resolve("link"), Err(PathError::Escapes(_))));
-        assert!(matches!(ws.resolve("up/secret.txt"), Err(PathError::Escapes(_))));
-        assert!(matches!(ws.resolve("up/new.txt"), Err(PathError::Escapes(_))));
+        assert!(matches!(
+            ws.resolve("up/secret.txt"),
+            Err(PathError::Escapes(_))
+        ));
+        assert!(matches!(
+            ws.resolve("up/new.txt"),
+            Err(PathError::Escapes(_))
+        ));
     }
 }

@@ -17,7 +17,9 @@ use maestro_db::jobs::{self, Claimed, Fence, Fenced, Transition};
 use maestro_db::{DbError, PgPool};
 use maestro_domain::piece;
 use maestro_domain::tools::{self, ToolExecRequest, ToolSpec};
-use maestro_domain::{EventBody, JobStatus, Message, MessageEvent, ToolCall, ToolCallEvent, ToolResultEvent};
+use maestro_domain::{
+    EventBody, JobStatus, Message, MessageEvent, ToolCall, ToolCallEvent, ToolResultEvent,
+};
 use maestro_llm::{Accumulator, ChatRequest, Completion, LlmClient, LlmError, StreamEvent};
 use maestro_messaging::Subjects;
 use maestro_messaging::backoff::backoff;
@@ -88,13 +90,22 @@ pub struct JobRun<'a> {
 
 impl std::fmt::Debug for JobRun<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobRun").field("job_id", &self.claim.job_id).finish_non_exhaustive()
+        f.debug_struct("JobRun")
+            .field("job_id", &self.claim.job_id)
+            .finish_non_exhaustive()
     }
 }
 
 /// Run a claimed job to its end. `cancel` fires when the job's lease is lost.
-pub async fn run(shared: &Shared, claim: &Claimed, cancel: CancellationToken) -> Result<JobEnd, JobError> {
-    let fence = Fence { job_id: claim.job_id, attempt: claim.attempt };
+pub async fn run(
+    shared: &Shared,
+    claim: &Claimed,
+    cancel: CancellationToken,
+) -> Result<JobEnd, JobError> {
+    let fence = Fence {
+        job_id: claim.job_id,
+        attempt: claim.attempt,
+    };
     if claim.attempt > claim.max_attempts {
         let error = format!("gave up after {} attempts", claim.max_attempts);
         return settle_failed(shared, fence, error).await;
@@ -112,7 +123,11 @@ pub async fn run(shared: &Shared, claim: &Claimed, cancel: CancellationToken) ->
         }
         Vec::new()
     } else {
-        tracing::info!(iterations = rebuilt.iterations, pending = rebuilt.pending.len(), "resuming from committed events");
+        tracing::info!(
+            iterations = rebuilt.iterations,
+            pending = rebuilt.pending.len(),
+            "resuming from committed events"
+        );
         run.messages = rebuilt.messages;
         run.iterations = rebuilt.iterations;
         run.next_generated_id = rebuilt.next_generated_id;
@@ -123,7 +138,10 @@ pub async fn run(shared: &Shared, claim: &Claimed, cancel: CancellationToken) ->
 
 async fn settle_failed(shared: &Shared, fence: Fence, error: String) -> Result<JobEnd, JobError> {
     tracing::warn!(%error, "job failed");
-    let transition = Transition { error: Some(error.clone()), ..Transition::to(JobStatus::Failed) };
+    let transition = Transition {
+        error: Some(error.clone()),
+        ..Transition::to(JobStatus::Failed)
+    };
     let change = state_event(JobStatus::Failed, fence.attempt, |c| c.error = Some(error));
     jobs::append(&shared.pool, fence, &[change], Some(&transition)).await??;
     Ok(JobEnd::Settled(JobStatus::Failed))
@@ -140,11 +158,17 @@ fn state_event(
 }
 
 impl<'a> JobRun<'a> {
-    fn new(shared: &'a Shared, claim: &'a Claimed, fence: Fence, cancel: CancellationToken) -> Self {
+    fn new(
+        shared: &'a Shared,
+        claim: &'a Claimed,
+        fence: Fence,
+        cancel: CancellationToken,
+    ) -> Self {
         let mut tools = tools::builtin_tools();
         tools.push(tools::complete_tool());
         let rendered: Vec<serde_json::Value> = tools.iter().map(ToolSpec::to_openai).collect();
-        let tools_json = serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
+        let tools_json =
+            serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
         let deltas = DeltaPublisher::new(
             shared.js.clone(),
             shared.subjects.deltas(claim.task_id, claim.job_id),
@@ -157,7 +181,10 @@ impl<'a> JobRun<'a> {
             claim,
             fence,
             cancel,
-            model: claim.model.clone().unwrap_or_else(|| shared.settings.default_model.clone()),
+            model: claim
+                .model
+                .clone()
+                .unwrap_or_else(|| shared.settings.default_model.clone()),
             tools,
             tools_json,
             messages: Vec::new(),
@@ -172,10 +199,10 @@ impl<'a> JobRun<'a> {
     async fn drive(mut self, mut pending: Vec<ToolCall>) -> Result<JobEnd, JobError> {
         let mut text_only = 0;
         loop {
-            if !pending.is_empty() {
-                if let Some(end) = self.run_calls(std::mem::take(&mut pending)).await? {
-                    return Ok(end);
-                }
+            if !pending.is_empty()
+                && let Some(end) = self.run_calls(std::mem::take(&mut pending)).await?
+            {
+                return Ok(end);
             }
             if self.iterations >= self.shared.settings.max_iterations {
                 let error = format!("no `complete` after {} LLM iterations", self.iterations);
@@ -190,14 +217,21 @@ impl<'a> JobRun<'a> {
             let calls = self.assign_ids(completion.tool_calls.clone());
             self.record(MessageEvent {
                 message: Message::assistant(completion.content.clone(), calls.clone()),
-                model: completion.model.clone().or_else(|| Some(self.model.clone())),
+                model: completion
+                    .model
+                    .clone()
+                    .or_else(|| Some(self.model.clone())),
                 usage: completion.usage,
                 finish_reason: completion.finish_reason.clone(),
             });
             if calls.is_empty() {
                 text_only += 1;
                 if text_only > MAX_TEXT_ONLY_REPLIES {
-                    return self.fail(format!("the model replied {text_only} times without calling a tool")).await;
+                    return self
+                        .fail(format!(
+                            "the model replied {text_only} times without calling a tool"
+                        ))
+                        .await;
                 }
                 self.record(MessageEvent::plain(Message::user(TEXT_ONLY_WARNING)));
                 self.commit(None).await?;
@@ -223,7 +257,8 @@ impl<'a> JobRun<'a> {
     }
 
     fn record_result(&mut self, call: &ToolCall, content: String, is_error: bool) {
-        self.messages.push(Message::tool(call.id.clone(), content.clone()));
+        self.messages
+            .push(Message::tool(call.id.clone(), content.clone()));
         self.unsaved.push(EventBody::ToolResult(ToolResultEvent {
             call_id: call.id.clone(),
             name: call.name().to_owned(),
@@ -238,7 +273,8 @@ impl<'a> JobRun<'a> {
             return Ok(());
         }
         let events = std::mem::take(&mut self.unsaved);
-        let first = jobs::append(&self.shared.pool, self.fence, &events, transition.as_ref()).await??;
+        let first =
+            jobs::append(&self.shared.pool, self.fence, &events, transition.as_ref()).await??;
         self.last_seq = first + events.len() as i64 - 1;
         self.deltas.committed(self.last_seq);
         Ok(())
@@ -263,7 +299,11 @@ enum IterationError {
 impl JobRun<'_> {
     /// One streaming LLM call; text and tool-call fragments are published live.
     async fn llm_iteration(&mut self) -> Result<Completion, IterationError> {
-        let request = ChatRequest { model: &self.model, tools: Some(&self.tools_json), messages: &self.messages };
+        let request = ChatRequest {
+            model: &self.model,
+            tools: Some(&self.tools_json),
+            messages: &self.messages,
+        };
         let mut stream = tokio::select! {
             stream = self.shared.llm.stream_chat(request) => stream.map_err(IterationError::Llm)?,
             _ = self.cancel.cancelled() => return Err(IterationError::Job(JobError::Fenced(Fenced(self.fence.job_id)))),
@@ -278,9 +318,16 @@ impl JobRun<'_> {
             let event = event.map_err(IterationError::Llm)?;
             match &event {
                 StreamEvent::Text(text) => {
-                    self.deltas.publish(DeltaFragment::Text { text: text.clone() }).await;
+                    self.deltas
+                        .publish(DeltaFragment::Text { text: text.clone() })
+                        .await;
                 }
-                StreamEvent::ToolCall { index, id, name, arguments } => {
+                StreamEvent::ToolCall {
+                    index,
+                    id,
+                    name,
+                    arguments,
+                } => {
                     let fragment = DeltaFragment::ToolCall {
                         index: *index,
                         call_id: id.clone(),
@@ -315,7 +362,12 @@ impl JobRun<'_> {
             self.commit(None).await?;
             let results = match self.execute_all(&regular).await {
                 Ok(results) => results,
-                Err(unavailable) => return self.recoverable(unavailable.to_string(), None).await.map(Some),
+                Err(unavailable) => {
+                    return self
+                        .recoverable(unavailable.to_string(), None)
+                        .await
+                        .map(Some);
+                }
             };
             for (call, (content, is_error)) in regular.iter().zip(results) {
                 self.record_result(call, content, is_error);
@@ -327,7 +379,11 @@ impl JobRun<'_> {
                 Ok(result) => {
                     self.record_result(&complete, "ok".to_owned(), false);
                     for extra in finals {
-                        self.record_result(&extra, "Error: `complete` was already called".to_owned(), true);
+                        self.record_result(
+                            &extra,
+                            "Error: `complete` was already called".to_owned(),
+                            true,
+                        );
                     }
                     return self.succeed(result).await.map(Some);
                 }
@@ -339,10 +395,18 @@ impl JobRun<'_> {
     }
 
     /// Execute regular calls: all in parallel when every one is read-only, else in order.
-    async fn execute_all(&self, calls: &[ToolCall]) -> Result<Vec<(String, bool)>, tool_client::Unavailable> {
-        let read_only = calls.iter().all(|c| self.spec(c).is_some_and(ToolSpec::is_read_only));
+    async fn execute_all(
+        &self,
+        calls: &[ToolCall],
+    ) -> Result<Vec<(String, bool)>, tool_client::Unavailable> {
+        let read_only = calls
+            .iter()
+            .all(|c| self.spec(c).is_some_and(ToolSpec::is_read_only));
         if read_only {
-            join_all(calls.iter().map(|c| self.execute(c))).await.into_iter().collect()
+            join_all(calls.iter().map(|c| self.execute(c)))
+                .await
+                .into_iter()
+                .collect()
         } else {
             let mut results = Vec::with_capacity(calls.len());
             for call in calls {
@@ -353,14 +417,23 @@ impl JobRun<'_> {
     }
 
     fn spec(&self, call: &ToolCall) -> Option<&ToolSpec> {
-        self.tools.iter().find(|t| t.name == call.name() && t.name != tools::COMPLETE)
+        self.tools
+            .iter()
+            .find(|t| t.name == call.name() && t.name != tools::COMPLETE)
     }
 
     /// One call: `(content for the model, is_error)`.
     async fn execute(&self, call: &ToolCall) -> Result<(String, bool), tool_client::Unavailable> {
         let Some(spec) = self.spec(call) else {
             let known: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
-            return Ok((format!("Error: unknown tool {:?}; available: {}", call.name(), known.join(", ")), true));
+            return Ok((
+                format!(
+                    "Error: unknown tool {:?}; available: {}",
+                    call.name(),
+                    known.join(", ")
+                ),
+                true,
+            ));
         };
         let arguments = match parse_arguments(&call.function.arguments) {
             Ok(arguments) => arguments,
@@ -376,9 +449,19 @@ impl JobRun<'_> {
             timeout_ms: self.shared.settings.tool_timeout.as_millis() as u64,
         };
         let subject = self.shared.subjects.tools_exec();
-        let reply = tool_client::execute(&self.shared.nats, subject, &request, self.shared.settings.tool_timeout).await?;
+        let reply = tool_client::execute(
+            &self.shared.nats,
+            subject,
+            &request,
+            self.shared.settings.tool_timeout,
+        )
+        .await?;
         tracing::debug!(tool = %spec.name, ok = reply.ok, "tool call done");
-        Ok(if reply.ok { (reply.output, false) } else { (format!("Error: {}", reply.output), true) })
+        Ok(if reply.ok {
+            (reply.output, false)
+        } else {
+            (format!("Error: {}", reply.output), true)
+        })
     }
 }
 
@@ -402,8 +485,14 @@ fn complete_result(call: &ToolCall) -> Result<String, String> {
 
 impl JobRun<'_> {
     async fn succeed(&mut self, result: String) -> Result<JobEnd, JobError> {
-        let transition = Transition { result: Some(result.clone()), ..Transition::to(JobStatus::Succeeded) };
-        self.unsaved.push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| c.result = Some(result)));
+        let transition = Transition {
+            result: Some(result.clone()),
+            ..Transition::to(JobStatus::Succeeded)
+        };
+        self.unsaved
+            .push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| {
+                c.result = Some(result)
+            }));
         self.commit(Some(transition)).await?;
         tracing::info!(iterations = self.iterations, "job succeeded");
         Ok(JobEnd::Settled(JobStatus::Succeeded))
@@ -411,15 +500,22 @@ impl JobRun<'_> {
 
     async fn fail(&mut self, error: String) -> Result<JobEnd, JobError> {
         tracing::warn!(%error, "job failed");
-        let transition = Transition { error: Some(error.clone()), ..Transition::to(JobStatus::Failed) };
-        self.unsaved.push(state_event(JobStatus::Failed, self.fence.attempt, |c| c.error = Some(error)));
+        let transition = Transition {
+            error: Some(error.clone()),
+            ..Transition::to(JobStatus::Failed)
+        };
+        self.unsaved
+            .push(state_event(JobStatus::Failed, self.fence.attempt, |c| {
+                c.error = Some(error)
+            }));
         self.commit(Some(transition)).await?;
         Ok(JobEnd::Settled(JobStatus::Failed))
     }
 
     async fn llm_failed(&mut self, error: LlmError) -> Result<JobEnd, JobError> {
         if error.is_recoverable() {
-            self.recoverable(format!("LLM: {error}"), error.retry_after()).await
+            self.recoverable(format!("LLM: {error}"), error.retry_after())
+                .await
         } else {
             self.fail(format!("LLM: {error}")).await
         }
@@ -427,13 +523,27 @@ impl JobRun<'_> {
 
     /// A recoverable error: `retry` with a backoff while attempts remain, else `failed`.
     /// Events not yet committed are dropped: the retry rebuilds from what was committed.
-    async fn recoverable(&mut self, error: String, hint: Option<Duration>) -> Result<JobEnd, JobError> {
+    async fn recoverable(
+        &mut self,
+        error: String,
+        hint: Option<Duration>,
+    ) -> Result<JobEnd, JobError> {
         self.unsaved.clear();
         if self.fence.attempt >= self.claim.max_attempts {
-            return self.fail(format!("{error} (gave up after {} attempts)", self.fence.attempt)).await;
+            return self
+                .fail(format!(
+                    "{error} (gave up after {} attempts)",
+                    self.fence.attempt
+                ))
+                .await;
         }
         let settings = &self.shared.settings;
-        let delay = backoff(self.fence.attempt, settings.retry_base, settings.retry_max, hint);
+        let delay = backoff(
+            self.fence.attempt,
+            settings.retry_base,
+            settings.retry_max,
+            hint,
+        );
         let next_retry_at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
         tracing::warn!(%error, ?delay, "recoverable error; job will retry");
         let transition = Transition {
@@ -441,10 +551,11 @@ impl JobRun<'_> {
             next_retry_at: Some(next_retry_at),
             ..Transition::to(JobStatus::Retry)
         };
-        self.unsaved.push(state_event(JobStatus::Retry, self.fence.attempt, |c| {
-            c.error = Some(error);
-            c.next_retry_at = Some(next_retry_at);
-        }));
+        self.unsaved
+            .push(state_event(JobStatus::Retry, self.fence.attempt, |c| {
+                c.error = Some(error);
+                c.next_retry_at = Some(next_retry_at);
+            }));
         self.commit(Some(transition)).await?;
         Ok(JobEnd::Retry(delay))
     }

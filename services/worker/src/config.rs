@@ -37,7 +37,10 @@ impl Settings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let default_id = format!("worker-{}-{}", std::process::id(), short_random());
         let profile = env.string("WORKER_PROFILE", "default");
-        if !profile.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if !profile
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
             return Err(env.invalid("WORKER_PROFILE", "letters, digits, '-' and '_' only"));
         }
         Ok(Self {

@@ -20,7 +20,12 @@ Do not reply with text alone: every reply calls at least one tool.";
 
 /// The first two messages of a new job: one system message (static preamble, tool overview,
 /// movement guidance) and one user message (dynamic context and the task instruction).
-pub fn seed(piece: &Piece, tools: &[ToolSpec], claim: &Claimed, now: DateTime<Utc>) -> Vec<Message> {
+pub fn seed(
+    piece: &Piece,
+    tools: &[ToolSpec],
+    claim: &Claimed,
+    now: DateTime<Utc>,
+) -> Vec<Message> {
     let overview: String = tools
         .iter()
         .map(|t| format!("- `{}`: {}\n", t.name, t.description))
@@ -53,7 +58,10 @@ pub struct Rebuilt {
 
 /// Rebuild the conversation from a job's events (in `job_seq` order).
 pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
-    let mut rebuilt = Rebuilt { next_generated_id: 1, ..Default::default() };
+    let mut rebuilt = Rebuilt {
+        next_generated_id: 1,
+        ..Default::default()
+    };
     let mut answered: HashSet<String> = HashSet::new();
     for event in events {
         match event.body()? {
@@ -61,7 +69,11 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
                 if m.message.role == Role::Assistant {
                     rebuilt.iterations += 1;
                     for call in &m.message.tool_calls {
-                        if let Some(n) = call.id.strip_prefix("gen_call_").and_then(|n| n.parse::<u32>().ok()) {
+                        if let Some(n) = call
+                            .id
+                            .strip_prefix("gen_call_")
+                            .and_then(|n| n.parse::<u32>().ok())
+                        {
                             rebuilt.next_generated_id = rebuilt.next_generated_id.max(n + 1);
                         }
                     }
@@ -75,9 +87,18 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
             EventBody::ToolCall(_) | EventBody::JobState(_) => {}
         }
     }
-    if let Some(last) = rebuilt.messages.iter().rev().find(|m| m.role == Role::Assistant) {
-        rebuilt.pending =
-            last.tool_calls.iter().filter(|c| !answered.contains(&c.id)).cloned().collect();
+    if let Some(last) = rebuilt
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)
+    {
+        rebuilt.pending = last
+            .tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id))
+            .cloned()
+            .collect();
     }
     Ok(rebuilt)
 }
@@ -106,9 +127,18 @@ mod tests {
             ToolCall::new("gen_call_2", "read_file", "{}"),
         ];
         let events = vec![
-            event(1, EventBody::Message(MessageEvent::plain(Message::system("s")))),
-            event(2, EventBody::Message(MessageEvent::plain(Message::user("u")))),
-            event(3, EventBody::Message(MessageEvent::plain(Message::assistant(None, calls.clone())))),
+            event(
+                1,
+                EventBody::Message(MessageEvent::plain(Message::system("s"))),
+            ),
+            event(
+                2,
+                EventBody::Message(MessageEvent::plain(Message::user("u"))),
+            ),
+            event(
+                3,
+                EventBody::Message(MessageEvent::plain(Message::assistant(None, calls.clone()))),
+            ),
             event(
                 4,
                 EventBody::ToolResult(ToolResultEvent {
@@ -122,8 +152,15 @@ mod tests {
         let rebuilt = rebuild(&events).expect("rebuild");
         assert_eq!(rebuilt.messages.len(), 4, "system, user, assistant, tool");
         assert_eq!(rebuilt.messages[3], Message::tool("gen_call_1", "ok"));
-        assert_eq!(rebuilt.pending, vec![calls[1].clone()], "only the unanswered call is pending");
+        assert_eq!(
+            rebuilt.pending,
+            vec![calls[1].clone()],
+            "only the unanswered call is pending"
+        );
         assert_eq!(rebuilt.iterations, 1);
-        assert_eq!(rebuilt.next_generated_id, 3, "generated ids continue after gen_call_2");
+        assert_eq!(
+            rebuilt.next_generated_id, 3,
+            "generated ids continue after gen_call_2"
+        );
     }
 }

@@ -30,8 +30,22 @@ impl std::fmt::Debug for DeltaPublisher {
 }
 
 impl DeltaPublisher {
-    pub fn new(js: jetstream::Context, subject: String, task_id: TaskId, job_id: JobId, after_seq: i64) -> Self {
-        Self { js, subject, task_id, job_id, after_seq, n: 0, acks: Vec::new() }
+    pub fn new(
+        js: jetstream::Context,
+        subject: String,
+        task_id: TaskId,
+        job_id: JobId,
+        after_seq: i64,
+    ) -> Self {
+        Self {
+            js,
+            subject,
+            task_id,
+            job_id,
+            after_seq,
+            n: 0,
+            acks: Vec::new(),
+        }
     }
 
     /// A new event was committed: later deltas follow it.
@@ -45,11 +59,22 @@ impl DeltaPublisher {
     pub async fn publish(&mut self, fragment: DeltaFragment) {
         self.n += 1;
         let id = StreamId::delta(self.after_seq, self.n).to_string();
-        let delta = Delta { id, task_id: self.task_id, job_id: self.job_id, fragment };
-        let Ok(payload) = serde_json::to_vec(&delta) else { return };
+        let delta = Delta {
+            id,
+            task_id: self.task_id,
+            job_id: self.job_id,
+            fragment,
+        };
+        let Ok(payload) = serde_json::to_vec(&delta) else {
+            return;
+        };
         let msg_id = format!("delta:{}:{}", self.task_id, delta.id);
         let headers = maestro_messaging::publish::headers(&msg_id, &[]);
-        match self.js.publish_with_headers(self.subject.clone(), headers, Bytes::from(payload)).await {
+        match self
+            .js
+            .publish_with_headers(self.subject.clone(), headers, Bytes::from(payload))
+            .await
+        {
             Ok(ack) => self.acks.push(ack),
             Err(e) => tracing::warn!(error = %e, "cannot publish a delta"),
         }

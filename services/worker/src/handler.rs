@@ -30,13 +30,24 @@ impl JobHandler {
 
     async fn claim(&self, dispatch: &JobDispatch) -> Result<Claimed, Outcome> {
         let settings = &self.deps.settings;
-        match jobs::claim(&self.deps.pool, dispatch.job_id, &settings.worker_id, self.lease()).await {
+        match jobs::claim(
+            &self.deps.pool,
+            dispatch.job_id,
+            &settings.worker_id,
+            self.lease(),
+        )
+        .await
+        {
             Ok(Ok(claimed)) => Ok(claimed),
             Ok(Err(NotClaimed::Leased { lease_expires_at })) => {
                 // Someone else holds it; look again when that lease runs out.
-                Err(Outcome::Retry(until(lease_expires_at) + Duration::from_millis(100)))
+                Err(Outcome::Retry(
+                    until(lease_expires_at) + Duration::from_millis(100),
+                ))
             }
-            Ok(Err(NotClaimed::RetryLater { next_retry_at })) => Err(Outcome::Retry(until(next_retry_at))),
+            Ok(Err(NotClaimed::RetryLater { next_retry_at })) => {
+                Err(Outcome::Retry(until(next_retry_at)))
+            }
             Ok(Err(NotClaimed::Missing | NotClaimed::Settled(_))) => Err(Outcome::Done),
             Err(e) => {
                 tracing::warn!(error = %e, "claim failed; will retry");
@@ -83,8 +94,16 @@ impl JobHandler {
     async fn run_claimed(&self, claimed: Claimed) -> Outcome {
         tracing::info!(worker_id = %self.deps.settings.worker_id, "job claimed");
         let lost = CancellationToken::new();
-        let fence = Fence { job_id: claimed.job_id, attempt: claimed.attempt };
-        let keeper = tokio::spawn(keep_lease(self.deps.pool.clone(), fence, self.lease(), lost.clone()));
+        let fence = Fence {
+            job_id: claimed.job_id,
+            attempt: claimed.attempt,
+        };
+        let keeper = tokio::spawn(keep_lease(
+            self.deps.pool.clone(),
+            fence,
+            self.lease(),
+            lost.clone(),
+        ));
         let result = agent::run(&self.deps, &claimed, lost).await;
         keeper.abort();
         match result {
@@ -105,7 +124,12 @@ impl JobHandler {
 }
 
 /// Renew the lease at a third of its length; fire `lost` if the job is no longer ours.
-async fn keep_lease(pool: maestro_db::PgPool, fence: Fence, lease: Duration, lost: CancellationToken) {
+async fn keep_lease(
+    pool: maestro_db::PgPool,
+    fence: Fence,
+    lease: Duration,
+    lost: CancellationToken,
+) {
     let mut ticker = tokio::time::interval(lease / 3);
     ticker.tick().await;
     loop {

@@ -22,11 +22,16 @@ pub use config::Settings;
 /// Run the worker until `shutdown` is cancelled; jobs in flight are finished first.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-    let pool = maestro_db::connect(&settings.common.database_url, settings.common.db_max_connections)
-        .await
-        .context("connect to Postgres")?;
+    let pool = maestro_db::connect(
+        &settings.common.database_url,
+        settings.common.db_max_connections,
+    )
+    .await
+    .context("connect to Postgres")?;
     if settings.common.migrate_on_start {
-        maestro_db::migrate(&pool).await.context("apply migrations")?;
+        maestro_db::migrate(&pool)
+            .await
+            .context("apply migrations")?;
     }
     let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-worker")
         .await
@@ -38,7 +43,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_deliver: settings.max_deliver,
         max_ack_pending: 10_000,
     };
-    let consumer = setup::jobs_consumer(&js, &subjects, &settings.profile, &consumer_settings).await?;
+    let consumer =
+        setup::jobs_consumer(&js, &subjects, &settings.profile, &consumer_settings).await?;
     let llm = maestro_llm::LlmClient::new(settings.llm.clone()).context("build the LLM client")?;
     let runner = RunnerConfig {
         name: "jobs",

@@ -21,7 +21,13 @@ pub async fn execute(
     let payload = Bytes::from(serde_json::to_vec(request).map_err(|e| Unavailable(e.to_string()))?);
     let mut headers = async_nats::HeaderMap::new();
     maestro_messaging::trace::inject(&mut headers);
-    let message = async_nats::Request::new().payload(payload).headers(headers).timeout(Some(timeout));
-    let reply = client.send_request(subject, message).await.map_err(|e| Unavailable(e.to_string()))?;
+    let message = async_nats::Request::new()
+        .payload(payload)
+        .headers(headers)
+        .timeout(Some(timeout));
+    let reply = client
+        .send_request(subject, message)
+        .await
+        .map_err(|e| Unavailable(e.to_string()))?;
     serde_json::from_slice(&reply.payload).map_err(|e| Unavailable(format!("malformed reply: {e}")))
 }

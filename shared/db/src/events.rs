@@ -36,7 +36,12 @@ impl TryFrom<EventRow> for Event {
 }
 
 /// Events of a task with `seq > after`, in order, at most `limit`.
-pub async fn list(pool: &PgPool, task_id: TaskId, after: i64, limit: i64) -> Result<Vec<Event>, DbError> {
+pub async fn list(
+    pool: &PgPool,
+    task_id: TaskId,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Event>, DbError> {
     let rows = sqlx::query_as!(
         EventRow,
         r#"

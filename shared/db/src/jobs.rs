@@ -107,13 +107,19 @@ pub async fn claim(
     )
     .fetch_optional(pool)
     .await?;
-    let Some(state) = state else { return Ok(Err(NotClaimed::Missing)) };
+    let Some(state) = state else {
+        return Ok(Err(NotClaimed::Missing));
+    };
     let status = parse_status(&state.status)?;
-    Ok(Err(match (status, state.lease_expires_at, state.next_retry_at) {
-        (JobStatus::Running, Some(lease_expires_at), _) => NotClaimed::Leased { lease_expires_at },
-        (JobStatus::Retry, _, Some(next_retry_at)) => NotClaimed::RetryLater { next_retry_at },
-        (status, _, _) => NotClaimed::Settled(status),
-    }))
+    Ok(Err(
+        match (status, state.lease_expires_at, state.next_retry_at) {
+            (JobStatus::Running, Some(lease_expires_at), _) => {
+                NotClaimed::Leased { lease_expires_at }
+            }
+            (JobStatus::Retry, _, Some(next_retry_at)) => NotClaimed::RetryLater { next_retry_at },
+            (status, _, _) => NotClaimed::Settled(status),
+        },
+    ))
 }
 
 /// The holder of a job: only writes made with the claimed attempt are accepted.
@@ -135,7 +141,13 @@ pub struct Transition {
 
 impl Transition {
     pub fn to(to: JobStatus) -> Self {
-        Self { to, wait_reason: None, result: None, error: None, next_retry_at: None }
+        Self {
+            to,
+            wait_reason: None,
+            result: None,
+            error: None,
+            next_retry_at: None,
+        }
     }
 }
 
@@ -154,7 +166,10 @@ pub async fn append(
     events: &[EventBody],
     transition: Option<&Transition>,
 ) -> Result<Result<i64, Fenced>, DbError> {
-    let kinds: Vec<String> = events.iter().map(|e| e.kind().as_str().to_owned()).collect();
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|e| e.kind().as_str().to_owned())
+        .collect();
     let payloads: Vec<serde_json::Value> = events.iter().map(EventBody::payload).collect();
     let to = transition.map(|t| t.to.as_str());
     let row = sqlx::query!(
@@ -211,7 +226,11 @@ pub async fn append(
 }
 
 /// Push the lease of a held job forward. `Err(Fenced)` when it is no longer held.
-pub async fn extend_lease(pool: &PgPool, fence: Fence, lease: Duration) -> Result<Result<(), Fenced>, DbError> {
+pub async fn extend_lease(
+    pool: &PgPool,
+    fence: Fence,
+    lease: Duration,
+) -> Result<Result<(), Fenced>, DbError> {
     let done = sqlx::query!(
         r#"
         UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
@@ -223,7 +242,11 @@ pub async fn extend_lease(pool: &PgPool, fence: Fence, lease: Duration) -> Resul
     )
     .execute(pool)
     .await?;
-    Ok(if done.rows_affected() == 1 { Ok(()) } else { Err(Fenced(fence.job_id)) })
+    Ok(if done.rows_affected() == 1 {
+        Ok(())
+    } else {
+        Err(Fenced(fence.job_id))
+    })
 }
 
 /// A job the scheduler should dispatch again.
@@ -239,7 +262,11 @@ pub struct Stalled {
 /// dispatch may never have reached the stream, `retry` ones whose time has come, and
 /// `running` ones whose lease expired. Each is marked as seen (its `updated_at` moves), so the
 /// next scan skips it for another `grace`.
-pub async fn take_stalled(pool: &PgPool, grace: Duration, limit: i64) -> Result<Vec<Stalled>, DbError> {
+pub async fn take_stalled(
+    pool: &PgPool,
+    grace: Duration,
+    limit: i64,
+) -> Result<Vec<Stalled>, DbError> {
     let rows = sqlx::query!(
         r#"
         UPDATE jobs SET updated_at = now()

@@ -37,12 +37,16 @@ pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<Outbo
 
 /// Remove published rows.
 pub async fn delete(conn: &mut PgConnection, ids: &[i64]) -> Result<(), DbError> {
-    sqlx::query!("DELETE FROM outbox WHERE id = ANY($1)", ids).execute(conn).await?;
+    sqlx::query!("DELETE FROM outbox WHERE id = ANY($1)", ids)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
 /// Rows not yet published (for readiness and metrics).
 pub async fn backlog(pool: &PgPool) -> Result<i64, DbError> {
-    let n = sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM outbox"#).fetch_one(pool).await?;
+    let n = sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM outbox"#)
+        .fetch_one(pool)
+        .await?;
     Ok(n)
 }

@@ -116,9 +116,13 @@ pub async fn find_by_idempotency_key(
 
 /// Whether `owner` owns task `id`.
 pub async fn exists(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<bool, DbError> {
-    let row = sqlx::query!("SELECT 1 AS one FROM tasks WHERE id = $1 AND owner = $2", id.0, owner.as_str())
-        .fetch_optional(pool)
-        .await?;
+    let row = sqlx::query!(
+        "SELECT 1 AS one FROM tasks WHERE id = $1 AND owner = $2",
+        id.0,
+        owner.as_str()
+    )
+    .fetch_optional(pool)
+    .await?;
     Ok(row.is_some())
 }
 
@@ -169,23 +173,39 @@ async fn query_views(
     .await?;
     rows.into_iter()
         .map(|r| {
-            let latest_job = match (r.job_id, r.job_no, r.status, r.attempt, r.max_attempts, r.job_created_at) {
-                (Some(id), Some(job_no), Some(status), Some(attempt), Some(max_attempts), Some(created_at)) => {
-                    Some(JobView {
-                        id: JobId(id),
-                        job_no,
-                        status: parse_status(&status)?,
-                        wait_reason: r.wait_reason.as_deref().map(parse_wait_reason).transpose()?,
-                        attempt,
-                        max_attempts,
-                        next_retry_at: r.next_retry_at,
-                        result: r.result,
-                        error: r.error,
-                        created_at,
-                        started_at: r.started_at,
-                        finished_at: r.finished_at,
-                    })
-                }
+            let latest_job = match (
+                r.job_id,
+                r.job_no,
+                r.status,
+                r.attempt,
+                r.max_attempts,
+                r.job_created_at,
+            ) {
+                (
+                    Some(id),
+                    Some(job_no),
+                    Some(status),
+                    Some(attempt),
+                    Some(max_attempts),
+                    Some(created_at),
+                ) => Some(JobView {
+                    id: JobId(id),
+                    job_no,
+                    status: parse_status(&status)?,
+                    wait_reason: r
+                        .wait_reason
+                        .as_deref()
+                        .map(parse_wait_reason)
+                        .transpose()?,
+                    attempt,
+                    max_attempts,
+                    next_retry_at: r.next_retry_at,
+                    result: r.result,
+                    error: r.error,
+                    created_at,
+                    started_at: r.started_at,
+                    finished_at: r.finished_at,
+                }),
                 _ => None,
             };
             Ok(TaskView {
@@ -212,6 +232,8 @@ pub(crate) fn parse_wait_reason(s: &str) -> Result<WaitReason, DbError> {
 
 /// The owner of a task, for services acting on a task's behalf.
 pub async fn owner_of(pool: &PgPool, id: TaskId) -> Result<Option<String>, DbError> {
-    let owner = sqlx::query_scalar!("SELECT owner FROM tasks WHERE id = $1", id.0).fetch_optional(pool).await?;
+    let owner = sqlx::query_scalar!("SELECT owner FROM tasks WHERE id = $1", id.0)
+        .fetch_optional(pool)
+        .await?;
     Ok(owner)
 }

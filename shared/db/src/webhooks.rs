@@ -98,9 +98,13 @@ pub struct Recorded {
 /// delivery per matching subscription plus the outbox rows that publish the notification on
 /// `notify.<type>` and each delivery on `webhooks.deliver`. Recording the same event twice
 /// changes nothing.
-pub async fn record_notification(pool: &PgPool, notification: &Notification) -> Result<Recorded, DbError> {
+pub async fn record_notification(
+    pool: &PgPool,
+    notification: &Notification,
+) -> Result<Recorded, DbError> {
     let data = &notification.data;
-    let payload = serde_json::to_value(notification).map_err(|e| DbError::Corrupt(e.to_string()))?;
+    let payload =
+        serde_json::to_value(notification).map_err(|e| DbError::Corrupt(e.to_string()))?;
     let row = sqlx::query!(
         r#"
         WITH n AS (
@@ -133,7 +137,10 @@ pub async fn record_notification(pool: &PgPool, notification: &Notification) -> 
     )
     .fetch_one(pool)
     .await?;
-    Ok(Recorded { created: row.created > 0, deliveries: row.deliveries })
+    Ok(Recorded {
+        created: row.created > 0,
+        deliveries: row.deliveries,
+    })
 }
 
 /// A delivery to attempt, with everything needed to send it.
@@ -160,7 +167,10 @@ impl std::fmt::Debug for PendingDelivery {
     }
 }
 
-pub async fn load_delivery(pool: &PgPool, id: DeliveryId) -> Result<Option<PendingDelivery>, DbError> {
+pub async fn load_delivery(
+    pool: &PgPool,
+    id: DeliveryId,
+) -> Result<Option<PendingDelivery>, DbError> {
     let row = sqlx::query!(
         r#"
         SELECT d.id, d.status, d.attempts, s.url, s.secret, s.deleted_at IS NULL AS "active!",
@@ -189,17 +199,33 @@ pub async fn load_delivery(pool: &PgPool, id: DeliveryId) -> Result<Option<Pendi
 /// The outcome of one delivery attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
-    Delivered { status_code: i32 },
-    Failed { status_code: Option<i32>, error: String, give_up: bool },
+    Delivered {
+        status_code: i32,
+    },
+    Failed {
+        status_code: Option<i32>,
+        error: String,
+        give_up: bool,
+    },
 }
 
 /// Record an attempt; only a pending delivery changes.
-pub async fn record_attempt(pool: &PgPool, id: DeliveryId, attempt: &Attempt) -> Result<(), DbError> {
+pub async fn record_attempt(
+    pool: &PgPool,
+    id: DeliveryId,
+    attempt: &Attempt,
+) -> Result<(), DbError> {
     let (status, code, error) = match attempt {
         Attempt::Delivered { status_code } => ("delivered", Some(*status_code), None),
-        Attempt::Failed { status_code, error, give_up } => {
-            (if *give_up { "failed" } else { "pending" }, *status_code, Some(error.as_str()))
-        }
+        Attempt::Failed {
+            status_code,
+            error,
+            give_up,
+        } => (
+            if *give_up { "failed" } else { "pending" },
+            *status_code,
+            Some(error.as_str()),
+        ),
     };
     sqlx::query!(
         r#"

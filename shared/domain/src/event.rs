@@ -143,7 +143,12 @@ pub struct MessageEvent {
 
 impl MessageEvent {
     pub fn plain(message: Message) -> Self {
-        Self { message, model: None, usage: None, finish_reason: None }
+        Self {
+            message,
+            model: None,
+            usage: None,
+            finish_reason: None,
+        }
     }
 }
 

@@ -89,8 +89,13 @@ impl Owner {
     pub fn parse(s: &str) -> Result<Self, InvalidOwner> {
         let ok = !s.is_empty()
             && s.len() <= 128
-            && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
-        if ok { Ok(Self(s.to_owned())) } else { Err(InvalidOwner) }
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(InvalidOwner)
+        }
     }
 
     pub fn as_str(&self) -> &str {

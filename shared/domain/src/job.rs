@@ -51,7 +51,10 @@ impl JobStatus {
 
     /// A terminal job never runs again; a new job is needed to continue the task.
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        )
     }
 
     /// A job a worker may claim (given its retry time has come).
@@ -134,14 +137,22 @@ mod tests {
         for status in JobStatus::ALL {
             assert_eq!(status.as_str().parse::<JobStatus>(), Ok(status));
             let json = serde_json::to_string(&status).expect("serialize");
-            assert_eq!(json, format!("\"{}\"", status.as_str()), "serde and as_str agree");
+            assert_eq!(
+                json,
+                format!("\"{}\"", status.as_str()),
+                "serde and as_str agree"
+            );
         }
         assert!("done".parse::<JobStatus>().is_err());
     }
 
     #[test]
     fn terminal_states_are_final() {
-        for from in [JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled] {
+        for from in [
+            JobStatus::Succeeded,
+            JobStatus::Failed,
+            JobStatus::Cancelled,
+        ] {
             assert!(from.is_terminal());
             for to in JobStatus::ALL {
                 assert!(!from.can_become(to), "{from} must not become {to}");
@@ -158,7 +169,10 @@ mod tests {
         assert!(Retry.can_become(Running));
         assert!(Running.can_become(WaitingHuman));
         assert!(WaitingHuman.can_become(Queued));
-        assert!(!Queued.can_become(Succeeded), "a job must run before it succeeds");
+        assert!(
+            !Queued.can_become(Succeeded),
+            "a job must run before it succeeds"
+        );
         assert!(!Running.can_become(Queued));
     }
 }

@@ -11,7 +11,9 @@ pub mod stream_id;
 pub mod tools;
 pub mod webhook;
 
-pub use event::{Event, EventBody, EventKind, JobStateChange, MessageEvent, ToolCallEvent, ToolResultEvent};
+pub use event::{
+    Event, EventBody, EventKind, JobStateChange, MessageEvent, ToolCallEvent, ToolResultEvent,
+};
 pub use ids::{DeliveryId, JobId, NotificationId, Owner, TaskId, WebhookId};
 pub use job::{JobStatus, WaitReason};
 pub use message::{Message, Role, ToolCall, Usage};

@@ -37,7 +37,12 @@ impl Message {
     }
 
     pub fn assistant(content: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Self { role: Role::Assistant, content, tool_calls, tool_call_id: None }
+        Self {
+            role: Role::Assistant,
+            content,
+            tool_calls,
+            tool_call_id: None,
+        }
     }
 
     pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
@@ -50,7 +55,12 @@ impl Message {
     }
 
     fn text(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: Some(content.into()), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role,
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
     }
 }
 
@@ -77,11 +87,18 @@ fn function_kind() -> String {
 }
 
 impl ToolCall {
-    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
         Self {
             id: id.into(),
             kind: function_kind(),
-            function: FunctionCall { name: name.into(), arguments: arguments.into() },
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
         }
     }
 
@@ -129,12 +146,19 @@ mod tests {
             })
         );
         let tool = serde_json::to_value(Message::tool("call_1", "ok")).expect("json");
-        assert_eq!(tool, serde_json::json!({"role": "tool", "content": "ok", "tool_call_id": "call_1"}));
+        assert_eq!(
+            tool,
+            serde_json::json!({"role": "tool", "content": "ok", "tool_call_id": "call_1"})
+        );
     }
 
     #[test]
     fn cache_share_is_a_percentage() {
-        let usage = Usage { prompt_tokens: 200, completion_tokens: 5, cached_prompt_tokens: 190 };
+        let usage = Usage {
+            prompt_tokens: 200,
+            completion_tokens: 5,
+            cached_prompt_tokens: 190,
+        };
         assert!((usage.cache_pct() - 95.0).abs() < f64::EPSILON);
         assert_eq!(Usage::default().cache_pct(), 0.0);
     }

@@ -23,7 +23,10 @@ impl StreamId {
     }
 
     pub fn delta(after_seq: i64, n: u64) -> Self {
-        Self { seq: after_seq, delta: n }
+        Self {
+            seq: after_seq,
+            delta: n,
+        }
     }
 
     pub fn is_delta(&self) -> bool {
@@ -83,8 +86,10 @@ mod tests {
 
     #[test]
     fn ids_order_deltas_between_their_events() {
-        let ids: Vec<StreamId> =
-            ["3", "3.1", "3.2", "3.10", "4"].iter().map(|s| s.parse().expect("parse")).collect();
+        let ids: Vec<StreamId> = ["3", "3.1", "3.2", "3.10", "4"]
+            .iter()
+            .map(|s| s.parse().expect("parse"))
+            .collect();
         let mut sorted = ids.clone();
         sorted.sort();
         assert_eq!(ids, sorted, "deltas after event 3 come before event 4");

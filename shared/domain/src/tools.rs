@@ -53,7 +53,12 @@ impl ToolSpec {
 }
 
 fn spec(name: &str, description: &str, parameters: Value, idempotency: Idempotency) -> ToolSpec {
-    ToolSpec { name: name.to_owned(), description: description.to_owned(), parameters, idempotency }
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters,
+        idempotency,
+    }
 }
 
 /// The file tools the tool-runner executes, in the order they are offered.

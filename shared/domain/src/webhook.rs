@@ -37,7 +37,11 @@ impl WebhookSecret {
     pub fn parse(s: &str) -> Result<Self, InvalidSecret> {
         let encoded = s.strip_prefix(PREFIX).ok_or(InvalidSecret)?;
         let key = STANDARD.decode(encoded).map_err(|_| InvalidSecret)?;
-        if (24..=64).contains(&key.len()) { Ok(Self { key }) } else { Err(InvalidSecret) }
+        if (24..=64).contains(&key.len()) {
+            Ok(Self { key })
+        } else {
+            Err(InvalidSecret)
+        }
     }
 
     /// The `whsec_…` form, shown to the subscriber once.
@@ -65,11 +69,19 @@ mod tests {
     fn secrets_round_trip_and_signatures_match_the_specification_example() {
         let secret = WebhookSecret::generate();
         assert_eq!(WebhookSecret::parse(&secret.expose()), Ok(secret.clone()));
-        assert!(!format!("{secret:?}").contains(&secret.expose()[6..]), "Debug hides the key");
-        assert_eq!(WebhookSecret::parse("whsec_c2hvcnQ="), Err(InvalidSecret), "too short");
+        assert!(
+            !format!("{secret:?}").contains(&secret.expose()[6..]),
+            "Debug hides the key"
+        );
+        assert_eq!(
+            WebhookSecret::parse("whsec_c2hvcnQ="),
+            Err(InvalidSecret),
+            "too short"
+        );
         assert_eq!(WebhookSecret::parse("nope"), Err(InvalidSecret));
         // The example from the Standard Webhooks reference implementation.
-        let secret = WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("example secret");
+        let secret =
+            WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("example secret");
         let body = br#"{"test": 2432232314}"#;
         assert_eq!(
             secret.sign("msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),

@@ -79,13 +79,18 @@ impl LlmClient {
     /// Start a streaming completion. Errors before the first byte of the answer (connection,
     /// HTTP status) come back here; errors during the stream come from [`ChatStream::next`].
     pub async fn stream_chat(&self, request: ChatRequest<'_>) -> Result<ChatStream, LlmError> {
-        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
+        let url = format!(
+            "{}/chat/completions",
+            self.config.base_url.trim_end_matches('/')
+        );
         let body = Body {
             model: request.model,
             tools: request.tools,
             messages: request.messages,
             stream: true,
-            stream_options: StreamOptions { include_usage: true },
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
         };
         let mut builder = self.http.post(url).json(&body);
         if let Some(key) = &self.config.api_key {
@@ -103,7 +108,11 @@ impl LlmClient {
                 .map(Duration::from_secs_f64);
             let body = response.text().await.unwrap_or_default();
             let body: String = body.chars().take(2000).collect();
-            return Err(LlmError::Status { status: status.as_u16(), body, retry_after });
+            return Err(LlmError::Status {
+                status: status.as_u16(),
+                body,
+                retry_after,
+            });
         }
         Ok(ChatStream::new(response, self.config.idle_timeout))
     }

@@ -8,7 +8,11 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     #[error("the LLM endpoint answered {status}: {body}")]
-    Status { status: u16, body: String, retry_after: Option<Duration> },
+    Status {
+        status: u16,
+        body: String,
+        retry_after: Option<Duration>,
+    },
     #[error("cannot reach the LLM endpoint: {0}")]
     Transport(String),
     #[error("the LLM stream stalled for {0:?}")]
@@ -60,7 +64,11 @@ mod tests {
 
     #[test]
     fn rate_limits_and_server_errors_are_recoverable_client_errors_are_not() {
-        let status = |status| LlmError::Status { status, body: String::new(), retry_after: None };
+        let status = |status| LlmError::Status {
+            status,
+            body: String::new(),
+            retry_after: None,
+        };
         for code in [429, 500, 502, 503, 408] {
             assert!(status(code).is_recoverable(), "{code} should be retried");
         }

@@ -92,12 +92,22 @@ mod tests {
         let mut events = parser.feed(b"data: {\"a\"");
         assert!(events.is_empty(), "incomplete line yields nothing");
         events.extend(parser.feed(b":1}\r"));
-        events.extend(parser.feed(b"\n\r\n: keep-alive\n\nid: 7\nevent: delta\ndata: x\ndata: y\n\n"));
+        events.extend(
+            parser.feed(b"\n\r\n: keep-alive\n\nid: 7\nevent: delta\ndata: x\ndata: y\n\n"),
+        );
         assert_eq!(
             events,
             vec![
-                SseEvent { id: None, event: None, data: "{\"a\":1}".into() },
-                SseEvent { id: Some("7".into()), event: Some("delta".into()), data: "x\ny".into() },
+                SseEvent {
+                    id: None,
+                    event: None,
+                    data: "{\"a\":1}".into()
+                },
+                SseEvent {
+                    id: Some("7".into()),
+                    event: Some("delta".into()),
+                    data: "x\ny".into()
+                },
             ]
         );
     }

@@ -21,7 +21,12 @@ pub enum StreamEvent {
     /// More reasoning ("thinking") text, from servers that separate it.
     Thinking(String),
     /// More of tool call number `index`.
-    ToolCall { index: u32, id: Option<String>, name: Option<String>, arguments: String },
+    ToolCall {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
     /// Why generation stopped.
     Finish(String),
     /// Token accounting (sent last when `stream_options.include_usage` is honoured).
@@ -44,7 +49,9 @@ pub struct ChatStream {
 
 impl std::fmt::Debug for ChatStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatStream").field("done", &self.done).finish_non_exhaustive()
+        f.debug_struct("ChatStream")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
     }
 }
 
@@ -98,7 +105,11 @@ impl ChatStream {
         let chunk: Chunk = serde_json::from_str(data)
             .map_err(|e| LlmError::Protocol(format!("{e}: {}", truncate(data, 200))))?;
         if let Some(error) = chunk.error {
-            return Err(LlmError::Status { status: 500, body: error.to_string(), retry_after: None });
+            return Err(LlmError::Status {
+                status: 500,
+                body: error.to_string(),
+                retry_after: None,
+            });
         }
         if let (false, Some(model)) = (self.model_seen, chunk.model) {
             self.model_seen = true;
@@ -247,7 +258,12 @@ impl Accumulator {
         match event {
             StreamEvent::Text(text) => self.text.push_str(text),
             StreamEvent::Thinking(_) => {}
-            StreamEvent::ToolCall { index, id, name, arguments } => {
+            StreamEvent::ToolCall {
+                index,
+                id,
+                name,
+                arguments,
+            } => {
                 let call = match self.calls.iter_mut().find(|(i, _)| i == index) {
                     Some((_, call)) => call,
                     None => {
@@ -272,7 +288,11 @@ impl Accumulator {
     pub fn finish(mut self) -> Completion {
         self.calls.sort_by_key(|(index, _)| *index);
         Completion {
-            content: if self.text.is_empty() { None } else { Some(self.text) },
+            content: if self.text.is_empty() {
+                None
+            } else {
+                Some(self.text)
+            },
             tool_calls: self.calls.into_iter().map(|(_, call)| call).collect(),
             finish_reason: self.finish_reason,
             usage: self.usage,
@@ -291,18 +311,40 @@ mod tests {
         let events = [
             StreamEvent::Text("Let me ".into()),
             StreamEvent::Text("look.".into()),
-            StreamEvent::ToolCall { index: 1, id: Some("b".into()), name: Some("list_files".into()), arguments: "{}".into() },
-            StreamEvent::ToolCall { index: 0, id: Some("a".into()), name: Some("read_file".into()), arguments: "{\"pa".into() },
-            StreamEvent::ToolCall { index: 0, id: None, name: None, arguments: "th\":\"x\"}".into() },
+            StreamEvent::ToolCall {
+                index: 1,
+                id: Some("b".into()),
+                name: Some("list_files".into()),
+                arguments: "{}".into(),
+            },
+            StreamEvent::ToolCall {
+                index: 0,
+                id: Some("a".into()),
+                name: Some("read_file".into()),
+                arguments: "{\"pa".into(),
+            },
+            StreamEvent::ToolCall {
+                index: 0,
+                id: None,
+                name: None,
+                arguments: "th\":\"x\"}".into(),
+            },
             StreamEvent::Finish("tool_calls".into()),
-            StreamEvent::Usage(Usage { prompt_tokens: 10, completion_tokens: 3, cached_prompt_tokens: 8 }),
+            StreamEvent::Usage(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 3,
+                cached_prompt_tokens: 8,
+            }),
         ];
         for event in &events {
             acc.push(event);
         }
         let done = acc.finish();
         assert_eq!(done.content.as_deref(), Some("Let me look."));
-        assert_eq!(done.tool_calls[0], ToolCall::new("a", "read_file", "{\"path\":\"x\"}"));
+        assert_eq!(
+            done.tool_calls[0],
+            ToolCall::new("a", "read_file", "{\"path\":\"x\"}")
+        );
         assert_eq!(done.tool_calls[1], ToolCall::new("b", "list_files", "{}"));
         assert_eq!(done.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(done.usage.map(|u| u.cached_prompt_tokens), Some(8));

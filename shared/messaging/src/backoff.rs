@@ -4,7 +4,12 @@
 use std::time::Duration;
 
 /// The delay before attempt `attempt + 1`, after `attempt` failed (1-based).
-pub fn backoff(attempt: i32, base: Duration, max: Duration, server_hint: Option<Duration>) -> Duration {
+pub fn backoff(
+    attempt: i32,
+    base: Duration,
+    max: Duration,
+    server_hint: Option<Duration>,
+) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.clamp(1, 20).saturating_sub(1) as u32);
     let ceiling = exp.min(max);
     // Full jitter in [ceiling/2, ceiling]: spreads retries without making them too eager.
@@ -31,11 +36,18 @@ mod tests {
         let max = Duration::from_secs(2);
         for _ in 0..50 {
             let first = backoff(1, base, max, None);
-            assert!(first >= Duration::from_millis(50) && first <= base, "{first:?}");
+            assert!(
+                first >= Duration::from_millis(50) && first <= base,
+                "{first:?}"
+            );
             let late = backoff(12, base, max, None);
             assert!(late >= max / 2 && late <= max, "{late:?}");
             let hinted = backoff(1, base, max, Some(Duration::from_secs(5)));
-            assert_eq!(hinted, Duration::from_secs(5), "Retry-After wins when longer");
+            assert_eq!(
+                hinted,
+                Duration::from_secs(5),
+                "Retry-After wins when longer"
+            );
         }
     }
 }

@@ -89,7 +89,11 @@ pub async fn run<H: Handler>(
 ) {
     let permits = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut in_flight = JoinSet::new();
-    tracing::info!(consumer = config.name, concurrency = config.concurrency, "consuming");
+    tracing::info!(
+        consumer = config.name,
+        concurrency = config.concurrency,
+        "consuming"
+    );
     'pull: while !shutdown.is_cancelled() {
         let first = tokio::select! {
             permit = permits.clone().acquire_owned() => permit.expect("semaphore is never closed"),
@@ -124,13 +128,21 @@ pub async fn run<H: Handler>(
             };
             let permit = match spare.take() {
                 Some(permit) => permit,
-                None => permits.clone().acquire_owned().await.expect("semaphore is never closed"),
+                None => permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("semaphore is never closed"),
             };
             in_flight.spawn(process(message, handler.clone(), config.clone(), permit));
         }
         while in_flight.try_join_next().is_some() {}
     }
-    tracing::info!(consumer = config.name, in_flight = in_flight.len(), "stopping; draining");
+    tracing::info!(
+        consumer = config.name,
+        in_flight = in_flight.len(),
+        "stopping; draining"
+    );
     while in_flight.join_next().await.is_some() {}
 }
 
@@ -140,7 +152,10 @@ async fn process<H: Handler>(
     config: RunnerConfig,
     _permit: OwnedSemaphorePermit,
 ) {
-    let attempt = message.info().map(|info| info.delivered.max(1) as u64).unwrap_or(1);
+    let attempt = message
+        .info()
+        .map(|info| info.delivered.max(1) as u64)
+        .unwrap_or(1);
     let span = tracing::info_span!(
         "consume",
         consumer = config.name,
@@ -148,7 +163,11 @@ async fn process<H: Handler>(
         attempt
     );
     crate::trace::adopt(&span, message.headers.as_ref());
-    let delivery = Delivery { message, attempt, max_deliver: config.max_deliver };
+    let delivery = Delivery {
+        message,
+        attempt,
+        max_deliver: config.max_deliver,
+    };
     async {
         let outcome = with_heartbeat(&delivery, &*handler, config.heartbeat).await;
         settle(&delivery, &*handler, outcome).await;
@@ -178,7 +197,9 @@ async fn settle<H: Handler>(delivery: &Delivery, handler: &H, outcome: Outcome) 
     let ack = match outcome {
         Outcome::Done => AckKind::Ack,
         Outcome::Retry(_) if delivery.is_last_attempt() => {
-            handler.dead_letter(delivery, "redelivery limit reached").await;
+            handler
+                .dead_letter(delivery, "redelivery limit reached")
+                .await;
             AckKind::Term
         }
         Outcome::Retry(delay) => AckKind::Nak(Some(delay)),

@@ -18,7 +18,10 @@ pub use subjects::{InvalidPrefix, Subjects};
 
 /// Connect to NATS with the options every MAESTRO service uses: endless reconnects, a name
 /// that shows up in server monitoring, and a bounded request timeout.
-pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, async_nats::ConnectError> {
+pub async fn connect(
+    url: &str,
+    name: &str,
+) -> Result<async_nats::Client, async_nats::ConnectError> {
     async_nats::ConnectOptions::new()
         .name(name)
         .retry_on_initial_connect()

@@ -58,5 +58,7 @@ pub async fn start(
     headers: HeaderMap,
     payload: Bytes,
 ) -> Result<PublishAckFuture, PublishError> {
-    js.publish_with_headers(subject, headers, payload).await.map_err(|e| PublishError::Nats(e.into()))
+    js.publish_with_headers(subject, headers, payload)
+        .await
+        .map_err(|e| PublishError::Nats(e.into()))
 }

@@ -105,7 +105,10 @@ pub async fn ensure_streams(
         let name = config.name.clone();
         js.create_or_update_stream(config)
             .await
-            .map_err(|e| SetupError::Stream { name, source: e.into() })?;
+            .map_err(|e| SetupError::Stream {
+                name,
+                source: e.into(),
+            })?;
     }
     Ok(())
 }
@@ -129,7 +132,14 @@ pub async fn jobs_consumer(
     settings: &ConsumerSettings,
 ) -> Result<consumer::PullConsumer, SetupError> {
     let name = format!("workers_{profile}");
-    ensure_consumer(js, &subjects.stream(JOBS), &name, subjects.dispatch(profile), settings).await
+    ensure_consumer(
+        js,
+        &subjects.stream(JOBS),
+        &name,
+        subjects.dispatch(profile),
+        settings,
+    )
+    .await
 }
 
 /// The durable consumer the notifier reads job state changes from.
@@ -139,7 +149,14 @@ pub async fn job_state_consumer(
     settings: &ConsumerSettings,
 ) -> Result<consumer::PullConsumer, SetupError> {
     let filter = subjects.events_of_kind(EventKind::JobState);
-    ensure_consumer(js, &subjects.stream(EVENTS), "notifier_job_states", filter, settings).await
+    ensure_consumer(
+        js,
+        &subjects.stream(EVENTS),
+        "notifier_job_states",
+        filter,
+        settings,
+    )
+    .await
 }
 
 /// The durable consumer the notifier attempts webhook deliveries from.
@@ -149,7 +166,14 @@ pub async fn webhook_consumer(
     settings: &ConsumerSettings,
 ) -> Result<consumer::PullConsumer, SetupError> {
     let filter = subjects.webhook_deliver();
-    ensure_consumer(js, &subjects.stream(WEBHOOKS), "notifier_webhooks", filter, settings).await
+    ensure_consumer(
+        js,
+        &subjects.stream(WEBHOOKS),
+        "notifier_webhooks",
+        filter,
+        settings,
+    )
+    .await
 }
 
 async fn ensure_consumer(
@@ -159,7 +183,10 @@ async fn ensure_consumer(
     filter_subject: String,
     settings: &ConsumerSettings,
 ) -> Result<consumer::PullConsumer, SetupError> {
-    let err = |e: async_nats::Error| SetupError::Consumer { name: name.to_owned(), source: e };
+    let err = |e: async_nats::Error| SetupError::Consumer {
+        name: name.to_owned(),
+        source: e,
+    };
     let config = consumer::pull::Config {
         durable_name: Some(name.to_owned()),
         filter_subject,
@@ -170,8 +197,14 @@ async fn ensure_consumer(
         max_ack_pending: settings.max_ack_pending,
         ..Default::default()
     };
-    let stream = js.get_stream(stream_name).await.map_err(|e| err(e.into()))?;
+    let stream = js
+        .get_stream(stream_name)
+        .await
+        .map_err(|e| err(e.into()))?;
     // Create-or-update: a consumer whose settings changed since the last start is updated.
-    let consumer = stream.create_consumer(config).await.map_err(|e| err(e.into()))?;
+    let consumer = stream
+        .create_consumer(config)
+        .await
+        .map_err(|e| err(e.into()))?;
     Ok(consumer)
 }

@@ -12,8 +12,8 @@
 //! | `<p>.notify.<type>` | notifications such as `task.succeeded` (stream `<P>_NOTIFY`) |
 //! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
 
-use maestro_domain::{EventKind, JobId, TaskId};
 use maestro_domain::notification::NotificationType;
+use maestro_domain::{EventKind, JobId, TaskId};
 
 /// Why a prefix was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -30,8 +30,16 @@ impl Subjects {
     pub fn new(prefix: &str) -> Result<Self, InvalidPrefix> {
         let ok = !prefix.is_empty()
             && prefix.len() <= 32
-            && prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if ok { Ok(Self { prefix: prefix.to_owned() }) } else { Err(InvalidPrefix) }
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if ok {
+            Ok(Self {
+                prefix: prefix.to_owned(),
+            })
+        } else {
+            Err(InvalidPrefix)
+        }
     }
 
     pub fn prefix(&self) -> &str {
@@ -104,7 +112,13 @@ impl Subjects {
         let prefix: String = self
             .prefix
             .chars()
-            .map(|c| if c == '-' { '_' } else { c.to_ascii_uppercase() })
+            .map(|c| {
+                if c == '-' {
+                    '_'
+                } else {
+                    c.to_ascii_uppercase()
+                }
+            })
             .collect();
         format!("{prefix}_{role}")
     }
@@ -119,9 +133,18 @@ mod tests {
         let s = Subjects::new("t-1").expect("prefix");
         let task = TaskId::new();
         assert_eq!(s.dispatch("default"), "t-1.jobs.dispatch.default");
-        assert_eq!(s.event(task, EventKind::JobState), format!("t-1.events.{task}.job_state"));
-        assert_eq!(s.events_of_kind(EventKind::JobState), "t-1.events.*.job_state");
-        assert_eq!(s.notify(NotificationType::TaskSucceeded), "t-1.notify.task.succeeded");
+        assert_eq!(
+            s.event(task, EventKind::JobState),
+            format!("t-1.events.{task}.job_state")
+        );
+        assert_eq!(
+            s.events_of_kind(EventKind::JobState),
+            "t-1.events.*.job_state"
+        );
+        assert_eq!(
+            s.notify(NotificationType::TaskSucceeded),
+            "t-1.notify.task.succeeded"
+        );
         assert_eq!(s.stream("JOBS"), "T_1_JOBS");
     }
 

@@ -21,7 +21,10 @@ impl Extractor for HeaderExtractor<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
-        self.0.iter().map(|(k, _)| AsRef::<str>::as_ref(k)).collect()
+        self.0
+            .iter()
+            .map(|(k, _)| AsRef::<str>::as_ref(k))
+            .collect()
     }
 }
 

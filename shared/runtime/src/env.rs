@@ -23,12 +23,21 @@ pub struct Env {
 impl Env {
     /// The process environment.
     pub fn from_process() -> Self {
-        Self { vars: std::env::vars().collect() }
+        Self {
+            vars: std::env::vars().collect(),
+        }
     }
 
     /// A given set of variables (tests, embedding).
-    pub fn from_pairs<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
-        Self { vars: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect() }
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Self {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
     }
 
     /// The value, if set and not empty.
@@ -77,7 +86,11 @@ impl Env {
 
     /// Fail with a [`ConfigError`] built from a validation message.
     pub fn invalid(&self, key: &str, reason: impl Into<String>) -> ConfigError {
-        ConfigError { key: key.to_owned(), value: self.string(key, ""), reason: reason.into() }
+        ConfigError {
+            key: key.to_owned(),
+            value: self.string(key, ""),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -130,6 +143,9 @@ mod tests {
         let err = env.parse("B", 1u32).expect_err("not a number");
         assert_eq!(err.key, "B");
         assert_eq!(env.flag("F", false), Ok(true));
-        assert_eq!(env.millis("A", Duration::ZERO), Ok(Duration::from_millis(5)));
+        assert_eq!(
+            env.millis("A", Duration::ZERO),
+            Ok(Duration::from_millis(5))
+        );
     }
 }

@@ -57,7 +57,9 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
     );
     let filter = EnvFilter::try_new(&settings.filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = if settings.pretty {
-        tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed()
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed()
     } else {
         tracing_subscriber::fmt::layer()
             .json()
@@ -92,6 +94,10 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
         opentelemetry::global::set_tracer_provider(provider.clone());
         tracing_opentelemetry::layer().with_tracer(provider.tracer(settings.service.clone()))
     });
-    tracing_subscriber::registry().with(filter).with(fmt).with(otel).init();
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .init();
     TelemetryGuard { provider }
 }

@@ -11,7 +11,9 @@ pub fn binary(name: &str) -> PathBuf {
         None => {
             let exe = std::env::current_exe().expect("the test binary has a path");
             let deps = exe.parent().expect("test binaries live in a directory");
-            deps.parent().expect("target/<profile>/deps has a parent").to_path_buf()
+            deps.parent()
+                .expect("target/<profile>/deps has a parent")
+                .to_path_buf()
         }
     };
     let path = dir.join(name);

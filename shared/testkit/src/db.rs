@@ -18,15 +18,30 @@ impl TestDb {
         let admin_url = std::env::var("TEST_DATABASE_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
         let name = crate::unique("maestro_test_");
-        let admin = PgPoolOptions::new().max_connections(1).connect(&admin_url).await?;
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&admin_url)
+            .await?;
         // `name` is generated here from [a-z0-9_]: safe to splice.
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await?;
         admin.close().await;
-        let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(base, _)| base);
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url.as_str(), |(base, _)| base);
         let url = format!("{base}/{name}");
-        let pool = PgPoolOptions::new().max_connections(5).connect(&url).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(5)
+            .connect(&url)
+            .await?;
         maestro_db::migrate(&pool).await?;
-        Ok(Self { name, url, pool, admin_url })
+        Ok(Self {
+            name,
+            url,
+            pool,
+            admin_url,
+        })
     }
 }
 
@@ -36,10 +51,22 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs outside any runtime guarantee; use a small runtime on its own thread.
         let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             runtime.block_on(async {
-                let admin = PgPoolOptions::new().max_connections(1).connect(&admin_url).await.ok()?;
-                sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))).execute(&admin).await.ok()
+                let admin = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin_url)
+                    .await
+                    .ok()?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&admin)
+                .await
+                .ok()
             })
         })
         .join();

@@ -24,7 +24,10 @@ pub use stack::{Service, Stack, StackOptions};
 
 /// A short random suffix for names that must not collide between tests.
 pub fn unique(prefix: &str) -> String {
-    format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+    format!(
+        "{prefix}{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    )
 }
 
 /// An HTTP client for tests (installs the TLS crypto provider reqwest needs first).

@@ -26,22 +26,47 @@ impl ScriptedLlm {
             "--scenarios".to_owned(),
             file.display().to_string(),
         ];
-        let process = Process::start("scripted-llm", &crate::binary("scripted-llm"), &args, &[], dir).await?;
-        let addr = process.addr().ok_or_else(|| anyhow::anyhow!("scripted-llm announced no address"))?;
-        Ok(Self { process, base_url: format!("http://{addr}/v1"), http: crate::http_client() })
+        let process = Process::start(
+            "scripted-llm",
+            &crate::binary("scripted-llm"),
+            &args,
+            &[],
+            dir,
+        )
+        .await?;
+        let addr = process
+            .addr()
+            .ok_or_else(|| anyhow::anyhow!("scripted-llm announced no address"))?;
+        Ok(Self {
+            process,
+            base_url: format!("http://{addr}/v1"),
+            http: crate::http_client(),
+        })
     }
 
     /// Every chat request received so far: `[{scenario, turn, body}]`.
     pub async fn requests(&self) -> anyhow::Result<Vec<Value>> {
         let url = format!("{}/_scripted/requests", self.root());
-        let body: Value = self.http.get(url).send().await?.error_for_status()?.json().await?;
+        let body: Value = self
+            .http
+            .get(url)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
         Ok(body["requests"].as_array().cloned().unwrap_or_default())
     }
 
     /// Replace the scenarios.
     pub async fn load(&self, scenarios: &Value) -> anyhow::Result<()> {
         let url = format!("{}/_scripted/scenarios", self.root());
-        self.http.post(url).json(scenarios).send().await?.error_for_status()?;
+        self.http
+            .post(url)
+            .json(scenarios)
+            .send()
+            .await?
+            .error_for_status()?;
         Ok(())
     }
 

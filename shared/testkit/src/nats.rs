@@ -34,12 +34,21 @@ impl NatsServer {
     }
 
     fn binary() -> PathBuf {
-        std::env::var_os("NATS_SERVER_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("nats-server"))
+        std::env::var_os("NATS_SERVER_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("nats-server"))
     }
 
     async fn run(&mut self) -> anyhow::Result<()> {
         let child = Command::new(Self::binary())
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
             .arg(&self.store)
             .arg("-l")
             .arg(&self.log)

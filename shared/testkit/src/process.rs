@@ -29,7 +29,10 @@ impl Process {
         log_dir: &Path,
     ) -> anyhow::Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
-        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
         let mut command = Command::new(program);
         command
             .args(args)
@@ -39,7 +42,9 @@ impl Process {
             .stderr(Stdio::from(stderr))
             .kill_on_drop(true);
         die_with_parent(&mut command);
-        let mut child = command.spawn().with_context(|| format!("start {}", program.display()))?;
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("start {}", program.display()))?;
         let stdout = child.stdout.take().context("stdout is piped")?;
         let mut lines = BufReader::new(stdout).lines();
         let ready = tokio::time::timeout(Duration::from_secs(30), async {
@@ -53,18 +58,34 @@ impl Process {
         .await;
         let announced = match ready {
             Ok(Ok(Some(announced))) => announced,
-            Ok(Ok(None)) | Ok(Err(_)) => bail!("{name} exited before it was ready; see {}", log.display()),
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                bail!("{name} exited before it was ready; see {}", log.display())
+            }
             Err(_) => bail!("{name} was not ready within 30 s; see {}", log.display()),
         };
-        let addr = announced.split_whitespace().find_map(|kv| kv.strip_prefix("addr=")).and_then(|a| a.parse().ok());
+        let addr = announced
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("addr="))
+            .and_then(|a| a.parse().ok());
         let log_for_stdout = log.clone();
         tokio::spawn(async move {
-            let Ok(mut file) = tokio::fs::OpenOptions::new().append(true).open(&log_for_stdout).await else { return };
+            let Ok(mut file) = tokio::fs::OpenOptions::new()
+                .append(true)
+                .open(&log_for_stdout)
+                .await
+            else {
+                return;
+            };
             while let Ok(Some(line)) = lines.next_line().await {
                 let _ = file.write_all(format!("{line}\n").as_bytes()).await;
             }
         });
-        Ok(Self { name: name.to_owned(), child, log, addr })
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            log,
+            addr,
+        })
     }
 
     /// The address the process announced, if it listens on one.
@@ -84,9 +105,14 @@ impl Process {
     /// SIGTERM (graceful shutdown); returns its exit status if it exits within `timeout`.
     pub async fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
         if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
-        tokio::time::timeout(timeout, self.child.wait()).await.ok().and_then(Result::ok)
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
     }
 
     /// Whether it has exited.

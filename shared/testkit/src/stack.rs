@@ -20,8 +20,13 @@ pub enum Service {
 }
 
 impl Service {
-    pub const ALL: [Service; 5] =
-        [Service::ApiGateway, Service::Scheduler, Service::Worker, Service::ToolRunner, Service::Notifier];
+    pub const ALL: [Service; 5] = [
+        Service::ApiGateway,
+        Service::Scheduler,
+        Service::Worker,
+        Service::ToolRunner,
+        Service::Notifier,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -51,7 +56,11 @@ pub struct StackOptions {
 
 impl StackOptions {
     pub fn new(scenarios: Value) -> Self {
-        Self { scenarios, env: Vec::new(), services: Service::ALL.to_vec() }
+        Self {
+            scenarios,
+            env: Vec::new(),
+            services: Service::ALL.to_vec(),
+        }
     }
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
@@ -80,7 +89,10 @@ pub struct Stack {
 
 impl std::fmt::Debug for Stack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stack").field("prefix", &self.prefix).field("dir", &self.dir.path()).finish()
+        f.debug_struct("Stack")
+            .field("prefix", &self.prefix)
+            .field("dir", &self.dir.path())
+            .finish()
     }
 }
 
@@ -134,13 +146,27 @@ impl Stack {
     }
 
     /// Start one more instance of `service` named `instance`, with extra environment.
-    pub async fn start(&mut self, service: Service, instance: &str, extra: &[(&str, &str)]) -> anyhow::Result<()> {
+    pub async fn start(
+        &mut self,
+        service: Service,
+        instance: &str,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
         let mut env = self.env.clone();
         env.push(("WORKER_ID".to_owned(), instance.to_owned()));
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let process = Process::start(instance, &crate::binary(&service.binary()), &[], &env, self.dir.path()).await?;
+        let process = Process::start(
+            instance,
+            &crate::binary(&service.binary()),
+            &[],
+            &env,
+            self.dir.path(),
+        )
+        .await?;
         if service == Service::ApiGateway {
-            let addr = process.addr().context("the gateway announces its address")?;
+            let addr = process
+                .addr()
+                .context("the gateway announces its address")?;
             self.gateway = Some(format!("http://{addr}"));
         }
         self.processes.retain(|p| p.name != instance);
@@ -150,7 +176,10 @@ impl Stack {
 
     /// The process of a running instance.
     pub fn process(&mut self, instance: &str) -> &mut Process {
-        self.processes.iter_mut().find(|p| p.name == instance).expect("no such instance")
+        self.processes
+            .iter_mut()
+            .find(|p| p.name == instance)
+            .expect("no such instance")
     }
 
     /// SIGKILL an instance.
@@ -160,7 +189,10 @@ impl Stack {
 
     /// `http://127.0.0.1:<port><path>` of the gateway.
     pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.gateway.as_deref().expect("the api-gateway is running"))
+        format!(
+            "{}{path}",
+            self.gateway.as_deref().expect("the api-gateway is running")
+        )
     }
 
     /// The workspace directory of a task.
@@ -170,7 +202,13 @@ impl Stack {
 
     /// `POST /api/local/tasks` as alice; fails unless the answer is 201.
     pub async fn create_task(&self, body: Value) -> anyhow::Result<Value> {
-        let response = self.http.post(self.url("/api/local/tasks")).bearer_auth(&self.token).json(&body).send().await?;
+        let response = self
+            .http
+            .post(self.url("/api/local/tasks"))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
         let status = response.status();
         let body: Value = response.json().await?;
         if status != reqwest::StatusCode::CREATED {
@@ -182,7 +220,15 @@ impl Stack {
     /// `GET /api/local/tasks/{id}` as alice.
     pub async fn get_task(&self, id: &str) -> anyhow::Result<Value> {
         let url = self.url(&format!("/api/local/tasks/{id}"));
-        Ok(self.http.get(url).bearer_auth(&self.token).send().await?.error_for_status()?.json().await?)
+        Ok(self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
     }
 
     /// Every persisted event of a task, as alice.
@@ -190,8 +236,18 @@ impl Stack {
         let mut all = Vec::new();
         let mut after = 0;
         loop {
-            let url = self.url(&format!("/api/local/tasks/{id}/events?after={after}&limit=1000"));
-            let page: Value = self.http.get(url).bearer_auth(&self.token).send().await?.error_for_status()?.json().await?;
+            let url = self.url(&format!(
+                "/api/local/tasks/{id}/events?after={after}&limit=1000"
+            ));
+            let page: Value = self
+                .http
+                .get(url)
+                .bearer_auth(&self.token)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
             let events = page["events"].as_array().cloned().unwrap_or_default();
             if events.is_empty() {
                 return Ok(all);
@@ -202,16 +258,26 @@ impl Stack {
     }
 
     /// Poll the task until its latest job's status is one of `statuses`.
-    pub async fn wait_for_status(&self, id: &str, statuses: &[&str], timeout: Duration) -> anyhow::Result<Value> {
+    pub async fn wait_for_status(
+        &self,
+        id: &str,
+        statuses: &[&str],
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let task = self.get_task(id).await?;
-            let status = task["latest_job"]["status"].as_str().unwrap_or_default().to_owned();
+            let status = task["latest_job"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             if statuses.contains(&status.as_str()) {
                 return Ok(task);
             }
             if tokio::time::Instant::now() >= deadline {
-                bail!("task {id} is {status:?} after {timeout:?}, expected one of {statuses:?}: {task}");
+                bail!(
+                    "task {id} is {status:?} after {timeout:?}, expected one of {statuses:?}: {task}"
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -229,7 +295,11 @@ impl Drop for Stack {
         let show = std::thread::panicking() || std::env::var("TEST_LOG").is_ok_and(|v| v == "1");
         if show {
             for process in &self.processes {
-                eprintln!("----- {} (last 40 lines of {}) -----", process.name, process.log_path().display());
+                eprintln!(
+                    "----- {} (last 40 lines of {}) -----",
+                    process.name,
+                    process.log_path().display()
+                );
                 eprintln!("{}", process.log_tail(40));
             }
             // Keep the directory for a post-mortem.

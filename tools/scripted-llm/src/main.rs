@@ -11,7 +11,10 @@ use anyhow::Context as _;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter("warn").init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter("warn")
+        .init();
     let mut addr = "127.0.0.1:8000".to_owned();
     let mut file = None;
     let mut args = std::env::args().skip(1);
@@ -33,7 +36,9 @@ async fn main() -> anyhow::Result<()> {
         }
         None => scenario::Scenarios::default(),
     };
-    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("bind {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("bind {addr}"))?;
     maestro_runtime::announce_ready("scripted-llm", Some(listener.local_addr()?));
     axum::serve(listener, server::router(scenarios)).await?;
     Ok(())

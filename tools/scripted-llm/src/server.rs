@@ -36,7 +36,10 @@ pub struct Server {
 }
 
 pub fn router(scenarios: Scenarios) -> Router {
-    let server = Arc::new(Server { scenarios: RwLock::new(scenarios), ..Default::default() });
+    let server = Arc::new(Server {
+        scenarios: RwLock::new(scenarios),
+        ..Default::default()
+    });
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
@@ -52,15 +55,26 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 async fn models() -> Json<Value> {
-    Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "maestro"}]}))
+    Json(
+        json!({"object": "list", "data": [{"id": "scripted", "object": "model", "owned_by": "maestro"}]}),
+    )
 }
 
 async fn requests(State(server): State<Arc<Server>>) -> Json<Value> {
-    let requests: Vec<Value> = server.requests.lock().expect("lock").iter().cloned().collect();
+    let requests: Vec<Value> = server
+        .requests
+        .lock()
+        .expect("lock")
+        .iter()
+        .cloned()
+        .collect();
     Json(json!({"requests": requests}))
 }
 
-async fn load_scenarios(State(server): State<Arc<Server>>, Json(scenarios): Json<Scenarios>) -> StatusCode {
+async fn load_scenarios(
+    State(server): State<Arc<Server>>,
+    Json(scenarios): Json<Scenarios>,
+) -> StatusCode {
     *server.scenarios.write().expect("lock") = scenarios;
     StatusCode::NO_CONTENT
 }
@@ -84,28 +98,52 @@ struct Asked {
 }
 
 fn read_request(body: &Value) -> Result<Asked, String> {
-    let messages = body.get("messages").and_then(Value::as_array).ok_or("`messages` must be an array")?;
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("`messages` must be an array")?;
     let first_user_at = messages
         .iter()
         .position(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .ok_or("the request has no user message")?;
-    let first_user = messages[first_user_at].get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
-    let turn = messages.iter().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).count();
+    let first_user = messages[first_user_at]
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let turn = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .count();
     let mut conversation = Sha256::new();
     for message in &messages[..=first_user_at] {
         conversation.update(message.to_string().as_bytes());
     }
-    let mut prompt = body.get("tools").map(|t| t.to_string().into_bytes()).unwrap_or_default();
+    let mut prompt = body
+        .get("tools")
+        .map(|t| t.to_string().into_bytes())
+        .unwrap_or_default();
     for message in messages {
         prompt.extend_from_slice(message.to_string().as_bytes());
     }
     Ok(Asked {
-        model: body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned(),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("scripted")
+            .to_owned(),
         stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        include_usage: body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: body
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         first_user,
         turn,
-        conversation: conversation.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        conversation: conversation
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
         prompt,
     })
 }
@@ -122,7 +160,10 @@ async fn chat(State(server): State<Arc<Server>>, body: Bytes) -> Response {
     let (scenario_name, turn) = {
         let scenarios = server.scenarios.read().expect("lock");
         let Some(scenario) = scenarios.find(&asked.first_user) else {
-            return error(StatusCode::BAD_REQUEST, "no scenario matches this conversation");
+            return error(
+                StatusCode::BAD_REQUEST,
+                "no scenario matches this conversation",
+            );
         };
         let Some(turn) = scenario.turn(asked.turn) else {
             let message = format!("scenario {:?} has no turn {}", scenario.name, asked.turn);
@@ -132,19 +173,34 @@ async fn chat(State(server): State<Arc<Server>>, body: Bytes) -> Response {
     };
     server.record(&body, &scenario_name, asked.turn);
     let served = server.count(&asked.conversation, asked.turn);
-    if let Some(fail) = turn.fail.as_ref().filter(|f| f.times == 0 || served <= f.times) {
+    if let Some(fail) = turn
+        .fail
+        .as_ref()
+        .filter(|f| f.times == 0 || served <= f.times)
+    {
         let mut response = error(
             StatusCode::from_u16(fail.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            fail.body.clone().unwrap_or_else(|| format!("scripted failure {}", fail.status)),
+            fail.body
+                .clone()
+                .unwrap_or_else(|| format!("scripted failure {}", fail.status)),
         );
         if let Some(secs) = fail.retry_after {
-            response.headers_mut().insert("retry-after", HeaderValue::from(secs));
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from(secs));
         }
         return response;
     }
     let usage = server.usage(&asked, &turn);
-    let drop_after = turn.drop_after_chunks.as_ref().filter(|d| d.times == 0 || served <= d.times).map(|d| d.chunks);
-    let id = format!("chatcmpl-{}", server.next_id.fetch_add(1, Ordering::Relaxed));
+    let drop_after = turn
+        .drop_after_chunks
+        .as_ref()
+        .filter(|d| d.times == 0 || served <= d.times)
+        .map(|d| d.chunks);
+    let id = format!(
+        "chatcmpl-{}",
+        server.next_id.fetch_add(1, Ordering::Relaxed)
+    );
     if asked.stream {
         stream_response(&id, &asked, &turn, usage, drop_after)
     } else {
@@ -175,7 +231,12 @@ impl Server {
         let mut last = self.last_prompt.lock().expect("lock");
         let shared = last
             .get(&asked.conversation)
-            .map(|prev| prev.iter().zip(&asked.prompt).take_while(|(a, b)| a == b).count())
+            .map(|prev| {
+                prev.iter()
+                    .zip(&asked.prompt)
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
             .unwrap_or(0);
         if last.len() >= MAX_CONVERSATIONS {
             last.clear();
@@ -184,7 +245,11 @@ impl Server {
         let prompt_tokens = asked.prompt.len().div_ceil(BYTES_PER_TOKEN);
         let cached_tokens = shared / BYTES_PER_TOKEN;
         let completion_chars = turn.text.as_ref().map_or(0, String::len)
-            + turn.tool_calls.iter().map(|c| c.name.len() + c.arguments_text().len()).sum::<usize>();
+            + turn
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.arguments_text().len())
+                .sum::<usize>();
         let completion_tokens = completion_chars.div_ceil(BYTES_PER_TOKEN).max(1);
         json!({
             "prompt_tokens": prompt_tokens,
@@ -204,7 +269,11 @@ fn call_id(turn_index: usize, index: usize, given: &Option<String>) -> Option<St
 }
 
 fn finish_reason(turn: &Turn) -> &'static str {
-    if turn.tool_calls.is_empty() { "stop" } else { "tool_calls" }
+    if turn.tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    }
 }
 
 fn whole_response(id: &str, asked: &Asked, turn: &Turn, usage: Value) -> Value {
@@ -230,14 +299,21 @@ fn whole_response(id: &str, asked: &Asked, turn: &Turn, usage: Value) -> Value {
 
 fn chunks_of(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
+    chars
+        .chunks(size.max(1))
+        .map(|c| c.iter().collect())
+        .collect()
 }
 
 /// The `delta`s of the answer, in order.
 fn deltas(asked: &Asked, turn: &Turn) -> Vec<Value> {
     let mut deltas = vec![json!({"role": "assistant"})];
     if let Some(text) = &turn.text {
-        deltas.extend(chunks_of(text, turn.chunk_chars).into_iter().map(|c| json!({"content": c})));
+        deltas.extend(
+            chunks_of(text, turn.chunk_chars)
+                .into_iter()
+                .map(|c| json!({"content": c})),
+        );
     }
     for (i, call) in turn.tool_calls.iter().enumerate() {
         let mut head = json!({"index": i, "type": "function", "function": {"name": call.name, "arguments": ""}});
@@ -252,42 +328,70 @@ fn deltas(asked: &Asked, turn: &Turn) -> Vec<Value> {
     deltas
 }
 
-fn stream_response(id: &str, asked: &Asked, turn: &Turn, usage: Value, drop_after: Option<usize>) -> Response {
+fn stream_response(
+    id: &str,
+    asked: &Asked,
+    turn: &Turn,
+    usage: Value,
+    drop_after: Option<usize>,
+) -> Response {
     let chunk = |delta: Value, finish: Option<&str>| {
         json!({"id": id, "object": "chat.completion.chunk", "created": now(), "model": asked.model,
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
-    let mut frames: Vec<Value> = deltas(asked, turn).into_iter().map(|d| chunk(d, None)).collect();
+    let mut frames: Vec<Value> = deltas(asked, turn)
+        .into_iter()
+        .map(|d| chunk(d, None))
+        .collect();
     frames.push(chunk(json!({}), Some(finish_reason(turn))));
     if asked.include_usage {
-        frames.push(json!({"id": id, "object": "chat.completion.chunk", "created": now(),
-                           "model": asked.model, "choices": [], "usage": usage}));
+        frames.push(
+            json!({"id": id, "object": "chat.completion.chunk", "created": now(),
+                           "model": asked.model, "choices": [], "usage": usage}),
+        );
     }
-    let mut frames: Vec<Bytes> = frames.into_iter().map(|f| Bytes::from(format!("data: {f}\n\n"))).collect();
+    let mut frames: Vec<Bytes> = frames
+        .into_iter()
+        .map(|f| Bytes::from(format!("data: {f}\n\n")))
+        .collect();
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
     let first_delay = Duration::from_millis(turn.delay_ms);
     let between = Duration::from_millis(turn.chunk_delay_ms);
-    let stream = futures::stream::unfold(Some((frames.into_iter(), 0usize)), move |state| async move {
-        let (mut frames, sent) = state?;
-        if drop_after.is_some_and(|limit| sent >= limit) {
-            // An error item makes the server abort the connection mid-stream.
-            let cut = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted disconnect");
-            return Some((Err::<Bytes, std::io::Error>(cut), None));
-        }
-        let frame = frames.next()?;
-        let delay = if sent == 0 { first_delay } else { between };
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        Some((Ok(frame), Some((frames, sent + 1))))
-    });
+    let stream = futures::stream::unfold(
+        Some((frames.into_iter(), 0usize)),
+        move |state| async move {
+            let (mut frames, sent) = state?;
+            if drop_after.is_some_and(|limit| sent >= limit) {
+                // An error item makes the server abort the connection mid-stream.
+                let cut = std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "scripted disconnect",
+                );
+                return Some((Err::<Bytes, std::io::Error>(cut), None));
+            }
+            let frame = frames.next()?;
+            let delay = if sent == 0 { first_delay } else { between };
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Some((Ok(frame), Some((frames, sent + 1))))
+        },
+    );
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
         .body(Body::from_stream(stream))
-        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "cannot build the response"))
+        .unwrap_or_else(|_| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot build the response",
+            )
+        })
 }
 
 fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }

@@ -21,7 +21,11 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
         .is_ok_and(|r| r.is_ok());
     let nats = state.nats.connection_state() == async_nats::connection::State::Connected;
     let ready = postgres && nats;
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let body = json!({
         "status": if ready { "ready" } else { "not_ready" },
         "checks": {"postgres": postgres, "nats": nats},

@@ -54,7 +54,9 @@ pub async fn task_stream(
         .or(query.after);
     let last = match cursor.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
         None => StreamId::default(),
-        Some(raw) => raw.parse().map_err(|e| ApiError::bad_request("invalid_cursor", format!("{e}")))?,
+        Some(raw) => raw
+            .parse()
+            .map_err(|e| ApiError::bad_request("invalid_cursor", format!("{e}")))?,
     };
     if !maestro_db::tasks::exists(&state.pool, &owner, task_id).await? {
         return Err(ApiError::NotFound("task"));
@@ -63,13 +65,24 @@ pub async fn task_stream(
         let nats = state.nats.clone();
         async move { nats.subscribe(subject).await }
     };
-    let events = subscribe(state.subjects.events_of_task(task_id)).await.map_err(anyhow::Error::from)?;
-    let deltas = subscribe(state.subjects.deltas_of_task(task_id)).await.map_err(anyhow::Error::from)?;
+    let events = subscribe(state.subjects.events_of_task(task_id))
+        .await
+        .map_err(anyhow::Error::from)?;
+    let deltas = subscribe(state.subjects.deltas_of_task(task_id))
+        .await
+        .map_err(anyhow::Error::from)?;
     let (tx, rx) = mpsc::channel(BUFFER);
     let keepalive = state.settings.sse_keepalive;
-    let pump = Pump { state, task_id, last, tx };
+    let pump = Pump {
+        state,
+        task_id,
+        last,
+        tx,
+    };
     tokio::spawn(pump.run(events, deltas));
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (Ok(item), rx)) });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (Ok(item), rx))
+    });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(keepalive)))
 }
 
@@ -105,7 +118,9 @@ impl Pump {
     }
 
     async fn on_event(&mut self, payload: &[u8]) -> Result<(), Gone> {
-        let Ok(event) = serde_json::from_slice::<Event>(payload) else { return Ok(()) };
+        let Ok(event) = serde_json::from_slice::<Event>(payload) else {
+            return Ok(());
+        };
         if event.seq <= self.last.seq {
             return Ok(());
         }
@@ -116,8 +131,12 @@ impl Pump {
     }
 
     async fn on_delta(&mut self, payload: &[u8]) -> Result<(), Gone> {
-        let Ok(delta) = serde_json::from_slice::<Delta>(payload) else { return Ok(()) };
-        let Some(id) = delta.stream_id() else { return Ok(()) };
+        let Ok(delta) = serde_json::from_slice::<Delta>(payload) else {
+            return Ok(());
+        };
+        let Some(id) = delta.stream_id() else {
+            return Ok(());
+        };
         if id.seq > self.last.seq {
             // The delta follows an event this client has not been sent yet.
             self.catch_up(id.seq).await?;
@@ -125,14 +144,24 @@ impl Pump {
         if id <= self.last || id.seq != self.last.seq {
             return Ok(());
         }
-        let Ok(data) = serde_json::to_string(&delta) else { return Ok(()) };
-        self.send(id, SseEvent::default().id(id.to_string()).event("delta").data(data)).await
+        let Ok(data) = serde_json::to_string(&delta) else {
+            return Ok(());
+        };
+        self.send(
+            id,
+            SseEvent::default()
+                .id(id.to_string())
+                .event("delta")
+                .data(data),
+        )
+        .await
     }
 
     /// Send every persisted event with `last.seq < seq <= upto`.
     async fn catch_up(&mut self, upto: i64) -> Result<(), Gone> {
         loop {
-            let page = maestro_db::events::list(&self.state.pool, self.task_id, self.last.seq, PAGE).await;
+            let page =
+                maestro_db::events::list(&self.state.pool, self.task_id, self.last.seq, PAGE).await;
             let page = match page {
                 Ok(page) => page,
                 Err(e) => {
@@ -152,8 +181,13 @@ impl Pump {
 
     async fn send_event(&mut self, event: &Event) -> Result<(), Gone> {
         let id = StreamId::event(event.seq);
-        let Ok(data) = serde_json::to_string(event) else { return Ok(()) };
-        let item = SseEvent::default().id(id.to_string()).event(event.kind.as_str()).data(data);
+        let Ok(data) = serde_json::to_string(event) else {
+            return Ok(());
+        };
+        let item = SseEvent::default()
+            .id(id.to_string())
+            .event(event.kind.as_str())
+            .data(data);
         self.send(id, item).await
     }
 

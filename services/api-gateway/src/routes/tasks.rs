@@ -38,11 +38,17 @@ struct Valid {
 fn validate(state: &AppState, body: CreateTask) -> Result<Valid, ApiError> {
     let instruction = body.instruction.trim().to_owned();
     if instruction.is_empty() {
-        return Err(ApiError::invalid("invalid_instruction", "instruction must not be empty"));
+        return Err(ApiError::invalid(
+            "invalid_instruction",
+            "instruction must not be empty",
+        ));
     }
     let max = state.settings.max_instruction_bytes;
     if instruction.len() > max {
-        return Err(ApiError::invalid("instruction_too_long", format!("instruction is longer than {max} bytes")));
+        return Err(ApiError::invalid(
+            "instruction_too_long",
+            format!("instruction is longer than {max} bytes"),
+        ));
     }
     let piece = match body.piece.as_deref() {
         None => piece::DEFAULT_PIECE,
@@ -58,35 +64,60 @@ fn validate(state: &AppState, body: CreateTask) -> Result<Valid, ApiError> {
     if let Some(model) = &body.model {
         let well_formed = !model.is_empty()
             && model.len() <= 128
-            && model.chars().all(|c| c.is_ascii_alphanumeric() || "._:/-@".contains(c));
+            && model
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._:/-@".contains(c));
         if !well_formed {
-            return Err(ApiError::invalid("invalid_model", "model is 1 to 128 characters of letters, digits and ._:/-@"));
+            return Err(ApiError::invalid(
+                "invalid_model",
+                "model is 1 to 128 characters of letters, digits and ._:/-@",
+            ));
         }
         let allowed = &state.settings.allowed_models;
         if !allowed.is_empty() && !allowed.contains(model) {
-            let message = format!("model {model:?} is not offered; offered: {}", allowed.join(", "));
+            let message = format!(
+                "model {model:?} is not offered; offered: {}",
+                allowed.join(", ")
+            );
             return Err(ApiError::invalid("unknown_model", message));
         }
     }
-    Ok(Valid { instruction, piece, model: body.model })
+    Ok(Valid {
+        instruction,
+        piece,
+        model: body.model,
+    })
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
     let key = value.to_str().ok().map(str::trim).unwrap_or_default();
     if key.is_empty() || key.len() > 255 {
-        return Err(ApiError::bad_request("invalid_idempotency_key", "Idempotency-Key is 1 to 255 visible ASCII characters"));
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key is 1 to 255 visible ASCII characters",
+        ));
     }
     Ok(Some(key.to_owned()))
 }
 
 fn request_hash(valid: &Valid) -> String {
     let mut hasher = Sha256::new();
-    for part in [valid.instruction.as_str(), valid.piece, valid.model.as_deref().unwrap_or("")] {
+    for part in [
+        valid.instruction.as_str(),
+        valid.piece,
+        valid.model.as_deref().unwrap_or(""),
+    ] {
         hasher.update((part.len() as u64).to_le_bytes());
         hasher.update(part.as_bytes());
     }
-    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `POST /api/local/tasks`: create a task and queue its first job. With an
@@ -117,25 +148,47 @@ pub async fn create(
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
     }
     tracing::info!(%task_id, %job_id, piece = valid.piece, "task created");
-    dispatch(&state, JobDispatch { job_id, task_id, attempt: 0 }).await;
-    let task = maestro_db::tasks::get(&state.pool, &owner, task_id).await?.ok_or(ApiError::NotFound("task"))?;
+    dispatch(
+        &state,
+        JobDispatch {
+            job_id,
+            task_id,
+            attempt: 0,
+        },
+    )
+    .await;
+    let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
+        .await?
+        .ok_or(ApiError::NotFound("task"))?;
     Ok((StatusCode::CREATED, Json(TaskJson::from(task))).into_response())
 }
 
 /// The answer to a repeated idempotent request.
-async fn replay(state: &AppState, owner: &maestro_domain::Owner, key: &str, hash: &str) -> Result<Response, ApiError> {
-    let (task_id, stored_hash) = maestro_db::tasks::find_by_idempotency_key(&state.pool, owner, key)
-        .await?
-        .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("idempotency key conflict without a task")))?;
+async fn replay(
+    state: &AppState,
+    owner: &maestro_domain::Owner,
+    key: &str,
+    hash: &str,
+) -> Result<Response, ApiError> {
+    let (task_id, stored_hash) =
+        maestro_db::tasks::find_by_idempotency_key(&state.pool, owner, key)
+            .await?
+            .ok_or_else(|| {
+                ApiError::Unexpected(anyhow::anyhow!("idempotency key conflict without a task"))
+            })?;
     if stored_hash.as_deref() != Some(hash) {
         return Err(ApiError::Conflict {
             code: "idempotency_key_reused",
             message: "this Idempotency-Key was used for a different request".to_owned(),
         });
     }
-    let task = maestro_db::tasks::get(&state.pool, owner, task_id).await?.ok_or(ApiError::NotFound("task"))?;
+    let task = maestro_db::tasks::get(&state.pool, owner, task_id)
+        .await?
+        .ok_or(ApiError::NotFound("task"))?;
     let mut response = (StatusCode::OK, Json(TaskJson::from(task))).into_response();
-    response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    response
+        .headers_mut()
+        .insert("idempotent-replayed", HeaderValue::from_static("true"));
     Ok(response)
 }
 
@@ -143,8 +196,13 @@ async fn replay(state: &AppState, owner: &maestro_domain::Owner, key: &str, hash
 /// dispatches it again, so the request still succeeds.
 async fn dispatch(state: &AppState, dispatch: JobDispatch) {
     let subject = state.subjects.dispatch("default");
-    let result =
-        maestro_messaging::publish::publish_json(&state.js, subject, &dispatch.message_id(), &dispatch).await;
+    let result = maestro_messaging::publish::publish_json(
+        &state.js,
+        subject,
+        &dispatch.message_id(),
+        &dispatch,
+    )
+    .await;
     if let Err(e) = result {
         tracing::warn!(error = %e, job_id = %dispatch.job_id, "dispatch not published; the scheduler will retry it");
     }
@@ -157,7 +215,9 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<TaskJson>, ApiError> {
     let id: TaskId = parse_id(&id, "task")?;
-    let task = maestro_db::tasks::get(&state.pool, &owner, id).await?.ok_or(ApiError::NotFound("task"))?;
+    let task = maestro_db::tasks::get(&state.pool, &owner, id)
+        .await?
+        .ok_or(ApiError::NotFound("task"))?;
     Ok(Json(task.into()))
 }
 
@@ -191,11 +251,21 @@ pub async fn list(
     }
     let before = match query.before.as_deref() {
         None => None,
-        Some(raw) => Some(raw.parse::<TaskId>().map_err(|_| ApiError::bad_request("invalid_query", "before is a task id"))?),
+        Some(raw) => Some(
+            raw.parse::<TaskId>()
+                .map_err(|_| ApiError::bad_request("invalid_query", "before is a task id"))?,
+        ),
     };
     let tasks = maestro_db::tasks::list(&state.pool, &owner, before, limit).await?;
-    let next_before = if tasks.len() as i64 == limit { tasks.last().map(|t| t.id) } else { None };
-    Ok(Json(TaskPage { tasks: tasks.into_iter().map(TaskJson::from).collect(), next_before }))
+    let next_before = if tasks.len() as i64 == limit {
+        tasks.last().map(|t| t.id)
+    } else {
+        None
+    };
+    Ok(Json(TaskPage {
+        tasks: tasks.into_iter().map(TaskJson::from).collect(),
+        next_before,
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -226,7 +296,10 @@ pub async fn events(
     let after = query.after.unwrap_or(0);
     let limit = query.limit.unwrap_or(500);
     if after < 0 || !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request("invalid_query", "after is a seq (>= 0); limit is 1 to 1000"));
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "after is a seq (>= 0); limit is 1 to 1000",
+        ));
     }
     if !maestro_db::tasks::exists(&state.pool, &owner, id).await? {
         return Err(ApiError::NotFound("task"));

