@@ -1,0 +1,225 @@
+//! How a job meets failure: a fatal LLM error fails the job at once with the reason (and a
+//! `task.failed` notification); a recoverable one puts the job in `retry` with a time, after
+//! which it is redelivered, resumed and finished; a tool that fails is reported to the model,
+//! which carries on.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use maestro_testkit::{Stack, StackOptions};
+use serde_json::{Value, json};
+
+fn job_states(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "job_state")
+        .map(|e| {
+            e["payload"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_llm_error_fails_the_job_with_the_reason() {
+    let scenario = json!({"scenarios": [{
+        "name": "unauthorized",
+        "turns": [{"fail": {"status": 401, "body": "invalid api key", "times": 0}}]
+    }]});
+    let stack = Stack::spawn(StackOptions::new(scenario))
+        .await
+        .expect("the stack starts");
+    let nats = stack.nats.client().await.expect("nats");
+    let mut failed = nats
+        .subscribe(format!("{}.notify.task.failed", stack.prefix))
+        .await
+        .expect("subscribe");
+
+    let task = stack
+        .create_task(json!({"instruction": "anything"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id");
+    let done = stack
+        .wait_for_status(id, &["failed", "succeeded"], Duration::from_secs(20))
+        .await
+        .expect("ends");
+    assert_eq!(done["latest_job"]["status"], "failed");
+    let error = done["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("401") && error.contains("invalid api key"),
+        "the reason is kept: {error}"
+    );
+    assert_eq!(
+        done["latest_job"]["attempt"], 1,
+        "a fatal error is not retried"
+    );
+    assert_eq!(
+        stack.llm.requests().await.expect("requests").len(),
+        1,
+        "the LLM was asked once"
+    );
+    let events = stack.events(id).await.expect("events");
+    assert_eq!(job_states(&events), ["queued", "running", "failed"]);
+
+    let message = tokio::time::timeout(Duration::from_secs(10), failed.next())
+        .await
+        .expect("a task.failed notification")
+        .expect("subscription open");
+    let notification: Value = serde_json::from_slice(&message.payload).expect("json");
+    assert_eq!(notification["data"]["task_id"], id);
+    assert_eq!(notification["data"]["error"], error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recoverable_llm_error_is_retried_later_and_the_job_succeeds() {
+    let scenario = json!({"scenarios": [{
+        "name": "flaky",
+        "turns": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "a"}}]},
+            {
+                "fail": {"status": 503, "body": "overloaded", "times": 1},
+                "tool_calls": [{"name": "complete", "arguments": {"result": "done despite a 503"}}]
+            }
+        ]
+    }]});
+    let options = StackOptions::new(scenario)
+        .env("RETRY_BASE_MS", "300")
+        .env("RETRY_MAX_MS", "600");
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "flaky"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id");
+    let done = stack
+        .wait_for_status(id, &["succeeded", "failed"], Duration::from_secs(30))
+        .await
+        .expect("ends");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    assert_eq!(done["latest_job"]["result"], "done despite a 503");
+    assert_eq!(
+        done["latest_job"]["attempt"], 2,
+        "claimed again after the retry delay"
+    );
+
+    let events = stack.events(id).await.expect("events");
+    assert_eq!(
+        job_states(&events),
+        ["queued", "running", "retry", "running", "succeeded"]
+    );
+    let retry = events
+        .iter()
+        .find(|e| e["payload"]["status"] == "retry")
+        .expect("retry event");
+    assert!(
+        retry["payload"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("503"),
+        "{retry}"
+    );
+    assert!(
+        retry["payload"]["next_retry_at"].is_string(),
+        "the retry time is recorded: {retry}"
+    );
+    let results = events.iter().filter(|e| e["kind"] == "tool_result").count();
+    assert_eq!(
+        results, 2,
+        "write_file ran once before the error, complete once after"
+    );
+    let turns: Vec<i64> = stack
+        .llm
+        .requests()
+        .await
+        .expect("requests")
+        .iter()
+        .map(|r| r["turn"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(
+        turns,
+        [0, 1, 1],
+        "the committed first turn was not asked again after the retry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_errors_are_reported_to_the_model_and_the_job_carries_on() {
+    let scenario = json!({"scenarios": [{
+        "name": "clumsy",
+        "turns": [
+            {"tool_calls": [
+                {"name": "read_file", "arguments": {"path": "../../../etc/passwd"}},
+                {"name": "read_file", "arguments": {"path": "missing.txt"}},
+                {"name": "launch_rockets", "arguments": {}},
+                {"name": "write_file", "arguments": "{not json"}
+            ]},
+            {"tool_calls": [{"name": "complete", "arguments": {}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "gave up politely"}}]}
+        ]
+    }]});
+    let stack = Stack::spawn(StackOptions::new(scenario))
+        .await
+        .expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "clumsy"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id");
+    let done = stack
+        .wait_for_status(id, &["succeeded", "failed"], Duration::from_secs(20))
+        .await
+        .expect("ends");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+
+    let events = stack.events(id).await.expect("events");
+    let results: Vec<(String, bool)> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .map(|e| {
+            (
+                e["payload"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["payload"]["is_error"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        results.len(),
+        6,
+        "four calls, an invalid complete, a valid one: {results:#?}"
+    );
+    let expect = [
+        "outside the workspace",
+        "no such file",
+        "unknown tool \"launch_rockets\"",
+        "not valid JSON",
+        "needs a non-empty `result`",
+    ];
+    for (i, fragment) in expect.iter().enumerate() {
+        assert!(results[i].1, "result {i} is an error: {results:#?}");
+        assert!(
+            results[i].0.starts_with("Error"),
+            "errors start with Error: {:?}",
+            results[i].0
+        );
+        assert!(
+            results[i].0.contains(fragment),
+            "result {i} says {fragment:?}: {:?}",
+            results[i].0
+        );
+    }
+    assert_eq!(
+        results[5],
+        ("ok".to_owned(), false),
+        "the valid complete ends the job"
+    );
+    let leaked = std::fs::read_dir(stack.workspace(id))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(leaked, 0, "nothing was written");
+}
