@@ -10,7 +10,7 @@ use axum::http::Request;
 use axum::routing::{delete, get, post};
 use maestro_db::PgPool;
 use maestro_messaging::Subjects;
-use maestro_messaging::setup::{self, StreamSettings};
+use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
@@ -32,23 +32,12 @@ pub struct AppState {
 impl AppState {
     /// Connect to Postgres and NATS (migrating and creating streams when asked).
     pub async fn connect(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
-        let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-        let pool = maestro_db::connect(
-            &settings.common.database_url,
-            settings.common.db_max_connections,
-        )
-        .await
-        .context("connect to Postgres")?;
-        if settings.common.migrate_on_start {
-            maestro_db::migrate(&pool)
-                .await
-                .context("apply migrations")?;
-        }
-        let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-api-gateway")
-            .await
-            .context("connect to NATS")?;
-        let js = async_nats::jetstream::new(nats.clone());
-        setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+        let Infra {
+            subjects,
+            pool,
+            nats,
+            js,
+        } = Infra::connect(&settings.common, "maestro-api-gateway").await?;
         Ok(Self {
             pool,
             nats,

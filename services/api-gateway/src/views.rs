@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use maestro_db::tasks::{JobView, TaskView};
 use maestro_db::webhooks::Subscription;
-use maestro_domain::{JobId, JobStatus, TaskId, WaitReason, WebhookId};
+use maestro_domain::{TaskId, WebhookId};
 use serde::Serialize;
 
 /// A task and its latest job.
@@ -15,7 +15,7 @@ pub struct TaskJson {
     pub model: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-    pub latest_job: Option<JobJson>,
+    pub latest_job: Option<JobView>,
     pub links: Links,
 }
 
@@ -23,22 +23,6 @@ pub struct TaskJson {
 pub struct Links {
     pub events: String,
     pub stream: String,
-}
-
-#[derive(Debug, Serialize)]
-pub struct JobJson {
-    pub id: JobId,
-    pub job_no: i32,
-    pub status: JobStatus,
-    pub wait_reason: Option<WaitReason>,
-    pub attempt: i32,
-    pub max_attempts: i32,
-    pub next_retry_at: Option<DateTime<Utc>>,
-    pub result: Option<String>,
-    pub error: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
 }
 
 impl From<TaskView> for TaskJson {
@@ -54,27 +38,8 @@ impl From<TaskView> for TaskJson {
             model: t.model,
             created_at: t.created_at,
             updated_at: t.updated_at,
-            latest_job: t.latest_job.map(JobJson::from),
+            latest_job: t.latest_job,
             links,
-        }
-    }
-}
-
-impl From<JobView> for JobJson {
-    fn from(j: JobView) -> Self {
-        Self {
-            id: j.id,
-            job_no: j.job_no,
-            status: j.status,
-            wait_reason: j.wait_reason,
-            attempt: j.attempt,
-            max_attempts: j.max_attempts,
-            next_retry_at: j.next_retry_at,
-            result: j.result,
-            error: j.error,
-            created_at: j.created_at,
-            started_at: j.started_at,
-            finished_at: j.finished_at,
         }
     }
 }

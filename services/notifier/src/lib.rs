@@ -10,31 +10,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use maestro_messaging::setup::{self, ConsumerSettings, StreamSettings};
-use maestro_messaging::{Delivery, RunnerConfig, Subjects};
+use maestro_messaging::setup::{self, ConsumerSettings};
+use maestro_messaging::{Delivery, RunnerConfig};
+use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 
 pub use config::Settings;
 
 /// Run both consumers until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-    let pool = maestro_db::connect(
-        &settings.common.database_url,
-        settings.common.db_max_connections,
-    )
-    .await
-    .context("connect to Postgres")?;
-    if settings.common.migrate_on_start {
-        maestro_db::migrate(&pool)
-            .await
-            .context("apply migrations")?;
-    }
-    let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-notifier")
-        .await
-        .context("connect to NATS")?;
-    let js = async_nats::jetstream::new(nats);
-    setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+    let Infra {
+        subjects, pool, js, ..
+    } = Infra::connect(&settings.common, "maestro-notifier").await?;
     let events_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(30),
         max_deliver: 20,

@@ -6,32 +6,16 @@ pub mod config;
 pub mod redispatch;
 pub mod relay;
 
-use anyhow::Context as _;
-use maestro_messaging::Subjects;
-use maestro_messaging::setup::{self, StreamSettings};
+use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 
 pub use config::Settings;
 
 /// Run the relay and the re-dispatcher until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-    let pool = maestro_db::connect(
-        &settings.common.database_url,
-        settings.common.db_max_connections,
-    )
-    .await
-    .context("connect to Postgres")?;
-    if settings.common.migrate_on_start {
-        maestro_db::migrate(&pool)
-            .await
-            .context("apply migrations")?;
-    }
-    let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-scheduler")
-        .await
-        .context("connect to NATS")?;
-    let js = async_nats::jetstream::new(nats);
-    setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+    let Infra {
+        subjects, pool, js, ..
+    } = Infra::connect(&settings.common, "maestro-scheduler").await?;
     let relay = relay::Relay {
         pool: pool.clone(),
         js: js.clone(),

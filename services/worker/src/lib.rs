@@ -13,31 +13,21 @@ pub mod tool_client;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use maestro_messaging::setup::{self, ConsumerSettings, StreamSettings};
-use maestro_messaging::{RunnerConfig, Subjects};
+use maestro_messaging::RunnerConfig;
+use maestro_messaging::setup::{self, ConsumerSettings};
+use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 
 pub use config::Settings;
 
 /// Run the worker until `shutdown` is cancelled; jobs in flight are finished first.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let subjects = Subjects::new(&settings.common.subject_prefix).context("SUBJECT_PREFIX")?;
-    let pool = maestro_db::connect(
-        &settings.common.database_url,
-        settings.common.db_max_connections,
-    )
-    .await
-    .context("connect to Postgres")?;
-    if settings.common.migrate_on_start {
-        maestro_db::migrate(&pool)
-            .await
-            .context("apply migrations")?;
-    }
-    let nats = maestro_messaging::connect(&settings.common.nats_url, "maestro-worker")
-        .await
-        .context("connect to NATS")?;
-    let js = async_nats::jetstream::new(nats.clone());
-    setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+    let Infra {
+        subjects,
+        pool,
+        nats,
+        js,
+    } = Infra::connect(&settings.common, "maestro-worker").await?;
     let consumer_settings = ConsumerSettings {
         ack_wait: settings.ack_wait,
         max_deliver: settings.max_deliver,

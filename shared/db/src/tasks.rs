@@ -38,7 +38,7 @@ pub struct TaskView {
 }
 
 /// The state of a job as the API shows it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct JobView {
     pub id: JobId,
     pub job_no: i32,

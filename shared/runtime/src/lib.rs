@@ -1,9 +1,10 @@
 //! What every MAESTRO binary shares: reading settings from the environment ([`env`]),
-//! logging and tracing ([`telemetry`]), shutdown on signals ([`shutdown`]) and the one-line
+//! connections to Postgres and NATS ([`Infra`]), logging and tracing ([`telemetry`]), shutdown on signals ([`shutdown`]) and the one-line
 //! readiness announcement that scripts and tests wait for ([`announce_ready`]).
 
 pub mod env;
 pub mod http_trace;
+pub mod infra;
 pub mod shutdown;
 pub mod telemetry;
 
@@ -11,6 +12,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 pub use env::{ConfigError, Env};
+pub use infra::{Infra, StartError};
 
 /// Print `MAESTRO_READY service=<name> [addr=<addr>]` on stdout once a service is serving.
 /// Logs go to stderr, so this line is easy to wait for from a script or a test harness.
