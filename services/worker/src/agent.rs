@@ -65,7 +65,6 @@ pub enum JobError {
 pub struct Shared {
     pub pool: PgPool,
     pub nats: async_nats::Client,
-    pub js: async_nats::jetstream::Context,
     pub subjects: Subjects,
     pub llm: LlmClient,
     pub settings: Arc<Settings>,
@@ -113,7 +112,12 @@ pub async fn run(
     let Some(piece) = piece::find(&claim.piece) else {
         return settle_failed(shared, fence, format!("unknown piece {:?}", claim.piece)).await;
     };
-    let history = maestro_db::events::of_job(&shared.pool, claim.job_id).await?;
+    // A first claim has nothing to resume from: skip the read.
+    let history = if claim.attempt > 1 {
+        maestro_db::events::of_job(&shared.pool, claim.job_id).await?
+    } else {
+        Vec::new()
+    };
     let rebuilt = conversation::rebuild(&history)?;
     let mut run = JobRun::new(shared, claim, fence, cancel);
     let pending = if rebuilt.messages.is_empty() {
@@ -170,7 +174,7 @@ impl<'a> JobRun<'a> {
         let tools_json =
             serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
         let deltas = DeltaPublisher::new(
-            shared.js.clone(),
+            shared.nats.clone(),
             shared.subjects.deltas(claim.task_id, claim.job_id),
             claim.task_id,
             claim.job_id,
@@ -340,7 +344,6 @@ impl JobRun<'_> {
             }
             acc.push(&event);
         }
-        self.deltas.flush().await;
         let completion = acc.finish();
         if let Some(usage) = completion.usage {
             tracing::info!(

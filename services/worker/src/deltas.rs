@@ -1,22 +1,22 @@
 //! Publishing live deltas of the message being generated. Each delta gets the stream id
-//! `<after_seq>.<n>` (see `maestro_domain::StreamId`) and goes to the deltas stream, where it
-//! stays for a short retention so reconnecting clients can catch up. Deltas are best-effort:
-//! the merged message event is the durable record.
+//! `<after_seq>.<n>` (see `maestro_domain::StreamId`). It is a plain (core) publish: live
+//! subscribers get it at once, and the deltas stream, which captures the subject, keeps it for
+//! a short retention so reconnecting clients can catch up, without the worker waiting for a
+//! JetStream acknowledgement per fragment. Deltas are best-effort: the merged message event is
+//! the durable record.
 
-use async_nats::jetstream::{self, context::PublishAckFuture};
 use bytes::Bytes;
 use maestro_domain::{JobId, StreamId, TaskId};
 use maestro_messaging::payloads::{Delta, DeltaFragment};
 
 /// Numbers and publishes the deltas of one job.
 pub struct DeltaPublisher {
-    js: jetstream::Context,
+    nats: async_nats::Client,
     subject: String,
     task_id: TaskId,
     job_id: JobId,
     after_seq: i64,
     n: u64,
-    acks: Vec<PublishAckFuture>,
 }
 
 impl std::fmt::Debug for DeltaPublisher {
@@ -31,20 +31,19 @@ impl std::fmt::Debug for DeltaPublisher {
 
 impl DeltaPublisher {
     pub fn new(
-        js: jetstream::Context,
+        nats: async_nats::Client,
         subject: String,
         task_id: TaskId,
         job_id: JobId,
         after_seq: i64,
     ) -> Self {
         Self {
-            js,
+            nats,
             subject,
             task_id,
             job_id,
             after_seq,
             n: 0,
-            acks: Vec::new(),
         }
     }
 
@@ -70,22 +69,13 @@ impl DeltaPublisher {
         };
         let msg_id = format!("delta:{}:{}", self.task_id, delta.id);
         let headers = maestro_messaging::publish::headers(&msg_id, &[]);
-        match self
-            .js
-            .publish_with_headers(self.subject.clone(), headers, Bytes::from(payload))
+        let subject = self.subject.clone();
+        if let Err(e) = self
+            .nats
+            .publish_with_headers(subject, headers, Bytes::from(payload))
             .await
         {
-            Ok(ack) => self.acks.push(ack),
-            Err(e) => tracing::warn!(error = %e, "cannot publish a delta"),
-        }
-    }
-
-    /// Wait until the stream has stored the deltas sent so far.
-    pub async fn flush(&mut self) {
-        for ack in self.acks.drain(..) {
-            if let Err(e) = ack.await {
-                tracing::warn!(error = %e, "a delta was not stored");
-            }
+            tracing::warn!(error = %e, "cannot publish a delta");
         }
     }
 }

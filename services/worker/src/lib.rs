@@ -46,7 +46,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         nats,
-        js,
         subjects,
         llm,
         settings: Arc::new(settings),

@@ -28,10 +28,15 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 
 /// Open a pool. Connection attempts are retried by the pool, so a database that is briefly
 /// down at start-up delays the service instead of failing it.
+///
+/// Connections are not pinged before each use (that would add a round trip to every query
+/// on the job path); a connection broken by a database restart fails its next query, is
+/// dropped, and the caller's retry gets a fresh one.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(false)
         .connect(url)
         .await
 }

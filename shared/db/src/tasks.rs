@@ -55,9 +55,9 @@ pub struct JobView {
 }
 
 /// Insert the task, its instruction comment, its first job (`queued`) and that job's first
-/// event, in one statement. Returns `false`, writing nothing, when the owner already used
-/// this idempotency key.
-pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<bool, DbError> {
+/// event, in one statement, and return the new task. Returns `None`, writing nothing, when
+/// the owner already used this idempotency key.
+pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskView>, DbError> {
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
     let row = sqlx::query!(
         r#"
@@ -66,7 +66,7 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<bool, DbError> {
                                request_hash, last_seq, job_count)
             VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1)
             ON CONFLICT (owner, idempotency_key) DO NOTHING
-            RETURNING id
+            RETURNING id, created_at
         ), comment AS (
             INSERT INTO comments (id, task_id, author, kind, body, job_id)
             SELECT $8, task.id, $2, 'instruction', $3, $9 FROM task
@@ -78,7 +78,7 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<bool, DbError> {
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job
         )
-        SELECT id FROM task
+        SELECT created_at FROM task
         "#,
         new.id.0,
         new.owner.as_str(),
@@ -95,7 +95,28 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<bool, DbError> {
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.is_some())
+    Ok(row.map(|row| TaskView {
+        id: new.id,
+        instruction: new.instruction.to_owned(),
+        piece: new.piece.to_owned(),
+        model: new.model.map(str::to_owned),
+        created_at: row.created_at,
+        updated_at: row.created_at,
+        latest_job: Some(JobView {
+            id: new.job_id,
+            job_no: 1,
+            status: JobStatus::Queued,
+            wait_reason: None,
+            attempt: 0,
+            max_attempts: new.max_attempts,
+            next_retry_at: None,
+            result: None,
+            error: None,
+            created_at: row.created_at,
+            started_at: None,
+            finished_at: None,
+        }),
+    }))
 }
 
 /// The task an owner created with `key`, and the hash of the request that created it.

@@ -1,6 +1,6 @@
-//! Where the workspace's binaries are. Tests run from `target/<profile>/deps/`, and
-//! `cargo build --workspace --bins` (which `.ci/run` does first) puts the binaries one level
-//! up. `MAESTRO_BIN_DIR` overrides the location.
+//! Where the workspace's binaries are: beside the running program, or one level up from a
+//! test in `target/<profile>/deps/` (`cargo build --workspace --bins`, which `.ci/run` does
+//! first, puts them there). `MAESTRO_BIN_DIR` overrides the location.
 
 use std::path::PathBuf;
 
@@ -9,11 +9,14 @@ pub fn binary(name: &str) -> PathBuf {
     let dir = match std::env::var_os("MAESTRO_BIN_DIR") {
         Some(dir) => PathBuf::from(dir),
         None => {
-            let exe = std::env::current_exe().expect("the test binary has a path");
-            let deps = exe.parent().expect("test binaries live in a directory");
-            deps.parent()
-                .expect("target/<profile>/deps has a parent")
-                .to_path_buf()
+            let exe = std::env::current_exe().expect("the running binary has a path");
+            let dir = exe.parent().expect("binaries live in a directory");
+            // Tests run from target/<profile>/deps/, programs (benchmarks) from target/<profile>/.
+            if dir.ends_with("deps") {
+                dir.parent().unwrap_or(dir).to_path_buf()
+            } else {
+                dir.to_path_buf()
+            }
         }
     };
     let path = dir.join(name);

@@ -144,9 +144,9 @@ pub async fn create(
         profile: "default",
         max_attempts: state.settings.job_max_attempts,
     };
-    if !maestro_db::tasks::create(&state.pool, &new).await? {
+    let Some(task) = maestro_db::tasks::create(&state.pool, &new).await? else {
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
-    }
+    };
     tracing::info!(%task_id, %job_id, piece = valid.piece, "task created");
     dispatch(
         &state,
@@ -157,9 +157,6 @@ pub async fn create(
         },
     )
     .await;
-    let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
-        .await?
-        .ok_or(ApiError::NotFound("task"))?;
     Ok((StatusCode::CREATED, Json(TaskJson::from(task))).into_response())
 }
 

@@ -1,0 +1,198 @@
+//! `maestro-bench`: runs N agent jobs (LLM call → tool call → LLM call → finish) through the
+//! whole stack — the five services as processes, a Postgres database and a nats-server of its
+//! own, the scripted LLM answering at once — and prints throughput, end-to-end latency
+//! (request sent → `succeeded` event received on NATS) and Postgres commits per job.
+//!
+//! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C]`
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use maestro_testkit::{Stack, StackOptions};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, oneshot};
+
+struct Args {
+    jobs: usize,
+    concurrency: usize,
+    warmup: usize,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        jobs: 2000,
+        concurrency: 64,
+        warmup: 100,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--jobs" => args.jobs = value.parse()?,
+            "--concurrency" => args.concurrency = value.parse()?,
+            "--warmup" => args.warmup = value.parse()?,
+            other => {
+                anyhow::bail!("unknown flag {other}; flags: --jobs N --concurrency C --warmup N")
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// Jobs waiting for their `succeeded` event, and events that came before their waiter.
+#[derive(Default)]
+struct Board {
+    waiting: HashMap<String, oneshot::Sender<Instant>>,
+    finished: HashMap<String, Instant>,
+}
+
+type Waiters = Arc<Mutex<Board>>;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    let scenario = json!({"scenarios": [{
+        "name": "reference-job",
+        "turns": [
+            {"text": "Looking.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Done.", "tool_calls": [{"name": "complete", "arguments": {"result": "ok"}}]}
+        ]
+    }]});
+    let options = StackOptions::new(scenario)
+        .env("RUST_LOG", "warn")
+        .env("WORKER_CONCURRENCY", "256")
+        .env("DB_MAX_CONNECTIONS", "16")
+        .env("RELAY_POLL_MS", "1000");
+    let stack = Arc::new(Stack::spawn(options).await?);
+    let waiters: Waiters = Arc::default();
+    listen_for_success(&stack, waiters.clone()).await?;
+
+    println!("warming up with {} jobs", args.warmup);
+    run(&stack, &waiters, args.warmup, args.concurrency).await?;
+    let commits_before = commits(&stack).await?;
+    println!("running {} jobs, {} at a time", args.jobs, args.concurrency);
+    let started = Instant::now();
+    let mut latencies = run(&stack, &waiters, args.jobs, args.concurrency).await?;
+    let elapsed = started.elapsed();
+    let commits = commits(&stack).await? - commits_before;
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    println!("jobs:        {}", latencies.len());
+    println!("elapsed:     {:.2} s", elapsed.as_secs_f64());
+    println!(
+        "throughput:  {:.0} jobs/s",
+        latencies.len() as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "latency:     p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        ms(pct(0.5)),
+        ms(pct(0.9)),
+        ms(pct(0.99)),
+        ms(pct(1.0))
+    );
+    println!(
+        "commits:     {:.1} per job (pg_stat_database.xact_commit, reads included)",
+        commits as f64 / latencies.len() as f64
+    );
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Resolve waiters when their task's `succeeded` event is published.
+async fn listen_for_success(stack: &Stack, waiters: Waiters) -> anyhow::Result<()> {
+    let nats = stack.nats.client().await?;
+    let mut events = nats
+        .subscribe(format!("{}.events.*.job_state", stack.prefix))
+        .await?;
+    tokio::spawn(async move {
+        while let Some(message) = events.next().await {
+            let now = Instant::now();
+            let Ok(event) = serde_json::from_slice::<Value>(&message.payload) else {
+                continue;
+            };
+            if event["payload"]["status"] != "succeeded" {
+                continue;
+            }
+            let task = event["task_id"].as_str().unwrap_or_default().to_owned();
+            let mut board = waiters.lock().expect("lock");
+            match board.waiting.remove(&task) {
+                Some(tx) => {
+                    let _ = tx.send(now);
+                }
+                None => {
+                    board.finished.insert(task, now);
+                }
+            }
+        }
+    });
+    nats.flush().await?;
+    Ok(())
+}
+
+/// Run `n` jobs, at most `concurrency` in flight; returns each job's latency.
+async fn run(
+    stack: &Arc<Stack>,
+    waiters: &Waiters,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut handles = Vec::with_capacity(n);
+    for i in 0..n {
+        let permit = permits.clone().acquire_owned().await?;
+        let (stack, waiters) = (stack.clone(), waiters.clone());
+        handles.push(tokio::spawn(async move {
+            let _permit = permit;
+            let sent = Instant::now();
+            let response = stack
+                .http
+                .post(stack.url("/api/local/tasks"))
+                .bearer_auth(&stack.token)
+                .json(&json!({"instruction": format!("job {i}")}))
+                .send()
+                .await?;
+            let task: Value = response.error_for_status()?.json().await?;
+            let id = task["id"].as_str().context("task id")?.to_owned();
+            let (tx, rx) = oneshot::channel();
+            let early = {
+                let mut board = waiters.lock().expect("lock");
+                let early = board.finished.remove(&id);
+                if early.is_none() {
+                    board.waiting.insert(id.clone(), tx);
+                }
+                early
+            };
+            let done = match early {
+                Some(at) => at,
+                None => match tokio::time::timeout(Duration::from_secs(60), rx).await {
+                    Ok(Ok(at)) => at,
+                    _ => anyhow::bail!(
+                        "job {id} did not succeed within 60 s: {}",
+                        stack.get_task(&id).await?
+                    ),
+                },
+            };
+            Ok::<_, anyhow::Error>(done.saturating_duration_since(sent))
+        }));
+    }
+    let mut latencies = Vec::with_capacity(n);
+    for handle in handles {
+        latencies.push(handle.await??);
+    }
+    Ok(latencies)
+}
+
+async fn commits(stack: &Stack) -> anyhow::Result<i64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&stack.db.pool)
+    .await?;
+    Ok(n)
+}
