@@ -211,6 +211,16 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         .await
         .expect("the scheduler dispatched the job and a worker ran it");
     assert_eq!(done["latest_job"]["result"], "finished");
+    let events = stack.events(&task_id.to_string()).await.expect("events");
+    let redispatch = events
+        .iter()
+        .find(|e| e["kind"] == "redispatch")
+        .expect("the re-dispatch is an event");
+    assert_eq!(redispatch["payload"]["reason"], "queued_undelivered");
+    assert_eq!(
+        redispatch["seq"], 2,
+        "recorded between the queued and running states"
+    );
     assert_eq!(
         done["latest_job"]["attempt"], 1,
         "dispatched once more, claimed once"

@@ -63,6 +63,16 @@ async fn a_fatal_llm_error_fails_the_job_with_the_reason() {
     );
     let events = stack.events(id).await.expect("events");
     assert_eq!(job_states(&events), ["queued", "running", "failed"]);
+    let letters: Vec<String> =
+        sqlx::query_scalar("SELECT reason FROM dead_letters WHERE consumer = 'jobs'")
+            .fetch_all(&stack.db.pool)
+            .await
+            .expect("dead letters");
+    assert_eq!(
+        letters,
+        [error.to_owned()],
+        "the dispatch is terminated and kept with the reason"
+    );
 
     let message = tokio::time::timeout(Duration::from_secs(10), failed.next())
         .await

@@ -88,17 +88,29 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Bind, announce the address, and serve until `shutdown`; open requests get time to finish.
+/// Bind, announce the address, and serve until `shutdown`. Then the listener closes, SSE
+/// streams end (clients resume elsewhere with `Last-Event-ID`) and open requests get
+/// `SHUTDOWN_GRACE_MS` to finish.
 pub async fn serve(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.addr)
         .await
         .with_context(|| format!("bind {}", settings.addr))?;
     let addr: SocketAddr = listener.local_addr()?;
+    let grace = settings.shutdown_grace;
     let state = AppState::connect(settings, shutdown.clone()).await?;
     tracing::info!(%addr, "api-gateway listening");
     maestro_runtime::announce_ready("api-gateway", Some(addr));
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .context("serve HTTP")
+    let server = axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        served = server => served.context("serve HTTP"),
+        _ = deadline => {
+            tracing::warn!(?grace, "shutdown grace period over; dropping open connections");
+            Ok(())
+        }
+    }
 }

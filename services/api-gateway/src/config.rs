@@ -26,6 +26,8 @@ pub struct Settings {
     pub job_max_attempts: i32,
     /// Interval of SSE keep-alive comments.
     pub sse_keepalive: Duration,
+    /// After SIGTERM, how long open requests may take to finish.
+    pub shutdown_grace: Duration,
 }
 
 impl std::fmt::Debug for Settings {
@@ -69,6 +71,7 @@ impl Settings {
             allowed_models,
             job_max_attempts: env.parse("JOB_MAX_ATTEMPTS", 5)?,
             sse_keepalive: env.millis("SSE_KEEPALIVE_MS", Duration::from_secs(15))?,
+            shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(10))?,
         })
     }
 }

@@ -55,7 +55,7 @@ impl Redispatcher {
                 &dispatch,
             )
             .await?;
-            tracing::info!(job_id = %job.job_id, attempt = job.attempt, "job dispatched again");
+            tracing::info!(job_id = %job.job_id, attempt = job.attempt, reason = %job.reason, "job dispatched again");
         }
         Ok(stalled.len())
     }

@@ -31,6 +31,8 @@ pub struct Settings {
     pub retry_base: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
+    /// After SIGTERM, how long running jobs may go on before they are handed back.
+    pub shutdown_grace: Duration,
 }
 
 impl Settings {
@@ -61,6 +63,7 @@ impl Settings {
             tool_timeout: env.millis("TOOL_TIMEOUT_MS", Duration::from_secs(60))?,
             retry_base: env.millis("RETRY_BASE_MS", Duration::from_secs(1))?,
             retry_max: env.millis("RETRY_MAX_MS", Duration::from_secs(60))?,
+            shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(20))?,
         })
     }
 }

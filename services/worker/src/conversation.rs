@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::SecondsFormat;
 use maestro_db::jobs::Claimed;
 use maestro_domain::piece::Piece;
 use maestro_domain::tools::ToolSpec;
@@ -20,12 +20,9 @@ Do not reply with text alone: every reply calls at least one tool.";
 
 /// The first two messages of a new job: one system message (static preamble, tool overview,
 /// movement guidance) and one user message (dynamic context and the task instruction).
-pub fn seed(
-    piece: &Piece,
-    tools: &[ToolSpec],
-    claim: &Claimed,
-    now: DateTime<Utc>,
-) -> Vec<Message> {
+/// Both are the same bytes on every attempt of the job (the time shown is the job's creation
+/// time), so a retried first turn sends the same prompt and reuses the LLM's cache.
+pub fn seed(piece: &Piece, tools: &[ToolSpec], claim: &Claimed) -> Vec<Message> {
     let overview: String = tools
         .iter()
         .map(|t| format!("- `{}`: {}\n", t.name, t.description))
@@ -36,7 +33,7 @@ pub fn seed(
     );
     let user = format!(
         "<context>\ntime: {}\ntask: {}\njob: {}\n</context>\n\n<instruction>\n{}\n</instruction>",
-        now.to_rfc3339_opts(SecondsFormat::Secs, true),
+        claim.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
         claim.task_id,
         claim.job_no,
         claim.instruction
@@ -84,7 +81,7 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
                 answered.insert(r.call_id.clone());
                 rebuilt.messages.push(Message::tool(r.call_id, r.content));
             }
-            EventBody::ToolCall(_) | EventBody::JobState(_) => {}
+            EventBody::ToolCall(_) | EventBody::JobState(_) | EventBody::Redispatch(_) => {}
         }
     }
     if let Some(last) = rebuilt
@@ -116,7 +113,7 @@ mod tests {
             job_seq: seq as i32,
             kind: body.kind(),
             payload: body.payload(),
-            created_at: Utc::now(),
+            created_at: chrono::Utc::now(),
         }
     }
 

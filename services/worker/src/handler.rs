@@ -28,32 +28,30 @@ impl JobHandler {
         self.deps.settings.ack_wait
     }
 
-    async fn claim(&self, dispatch: &JobDispatch) -> Result<Claimed, Outcome> {
-        let settings = &self.deps.settings;
-        match jobs::claim(
-            &self.deps.pool,
-            dispatch.job_id,
-            &settings.worker_id,
-            self.lease(),
-        )
-        .await
-        {
-            Ok(Ok(claimed)) => Ok(claimed),
+    /// Claim the job, or say what to do with the message instead.
+    async fn claim(&self, dispatch: &JobDispatch, last: bool) -> Result<Claimed, Outcome> {
+        let worker_id = &self.deps.settings.worker_id;
+        let claimed = jobs::claim(&self.deps.pool, dispatch.job_id, worker_id, self.lease()).await;
+        let later = match claimed {
+            Ok(Ok(claimed)) => return Ok(claimed),
+            Ok(Err(NotClaimed::Missing | NotClaimed::Settled(_))) => return Err(Outcome::Done),
+            // Someone else holds it: look again when that lease runs out.
             Ok(Err(NotClaimed::Leased { lease_expires_at })) => {
-                // Someone else holds it; look again when that lease runs out.
-                Err(Outcome::Retry(
-                    until(lease_expires_at) + Duration::from_millis(100),
-                ))
+                until(lease_expires_at) + Duration::from_millis(100)
             }
-            Ok(Err(NotClaimed::RetryLater { next_retry_at })) => {
-                Err(Outcome::Retry(until(next_retry_at)))
-            }
-            Ok(Err(NotClaimed::Missing | NotClaimed::Settled(_))) => Err(Outcome::Done),
+            Ok(Err(NotClaimed::RetryLater { next_retry_at })) => until(next_retry_at),
             Err(e) => {
                 tracing::warn!(error = %e, "claim failed; will retry");
-                Err(Outcome::Retry(Duration::from_secs(1)))
+                Duration::from_secs(1)
             }
-        }
+        };
+        // Without another delivery, the scheduler's re-dispatch takes over when the job
+        // stalls; giving the message up is not an error worth a dead letter.
+        Err(if last {
+            Outcome::Done
+        } else {
+            Outcome::Retry(later)
+        })
     }
 }
 
@@ -63,7 +61,11 @@ impl Handler for JobHandler {
             Ok(dispatch) => dispatch,
             Err(e) => return Outcome::Poison(format!("malformed dispatch: {e}")),
         };
-        let claimed = match self.claim(&dispatch).await {
+        if self.deps.release.is_cancelled() {
+            // Shutting down: leave the job to another worker at once.
+            return Outcome::Retry(Duration::ZERO);
+        }
+        let claimed = match self.claim(&dispatch, delivery.is_last_attempt()).await {
             Ok(claimed) => claimed,
             Err(outcome) => return outcome,
         };
@@ -73,7 +75,9 @@ impl Handler for JobHandler {
             job_id = %claimed.job_id,
             attempt = claimed.attempt
         );
-        self.run_claimed(claimed).instrument(span).await
+        self.run_claimed(claimed, delivery.is_last_attempt())
+            .instrument(span)
+            .await
     }
 
     async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
@@ -91,7 +95,7 @@ impl Handler for JobHandler {
 }
 
 impl JobHandler {
-    async fn run_claimed(&self, claimed: Claimed) -> Outcome {
+    async fn run_claimed(&self, claimed: Claimed, last: bool) -> Outcome {
         tracing::info!(worker_id = %self.deps.settings.worker_id, "job claimed");
         let lost = CancellationToken::new();
         let fence = Fence {
@@ -104,11 +108,15 @@ impl JobHandler {
             self.lease(),
             lost.clone(),
         ));
-        let result = agent::run(&self.deps, &claimed, lost).await;
+        let result = agent::run(&self.deps, &claimed, agent::Delivery { lost, last }).await;
         keeper.abort();
         match result {
-            Ok(JobEnd::Settled(_)) | Ok(JobEnd::Fenced) => Outcome::Done,
+            Ok(JobEnd::Succeeded | JobEnd::Fenced) => Outcome::Done,
+            // The job is settled as failed; the dispatch is terminated and kept as a dead
+            // letter with the reason.
+            Ok(JobEnd::Failed(reason)) => Outcome::Poison(reason),
             Ok(JobEnd::Retry(delay)) => Outcome::Retry(delay),
+            Ok(JobEnd::Released) => Outcome::Retry(Duration::ZERO),
             Err(JobError::Fenced(_)) => {
                 tracing::warn!("lost the job to another attempt; stopped without writing");
                 Outcome::Done

@@ -20,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::Settings;
 
-/// Run the worker until `shutdown` is cancelled; jobs in flight are finished first.
+/// Run the worker until `shutdown` is cancelled. Then it takes no new job; jobs in flight may
+/// finish within `SHUTDOWN_GRACE_MS`, after which they are handed back (`queued`) at their
+/// next safe point and dispatched again at once, for another worker.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Infra {
         subjects,
@@ -41,14 +43,27 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         concurrency: settings.concurrency,
         heartbeat: settings.ack_wait / 3,
         max_deliver: settings.max_deliver,
-        fetch_expires: std::time::Duration::from_secs(5),
+        // Short pull requests: after shutdown, no request is left pending on the server to
+        // deliver a job into a consumer that no longer reads.
+        fetch_expires: std::time::Duration::from_secs(1),
     };
+    let release = CancellationToken::new();
+    tokio::spawn({
+        let (shutdown, release, grace) =
+            (shutdown.clone(), release.clone(), settings.shutdown_grace);
+        async move {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+            release.cancel();
+        }
+    });
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         nats,
         subjects,
         llm,
         settings: Arc::new(settings),
+        release,
     }));
     maestro_runtime::announce_ready("worker", None);
     maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;

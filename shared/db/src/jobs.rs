@@ -30,6 +30,8 @@ pub struct Claimed {
     pub instruction: String,
     pub piece: String,
     pub model: Option<String>,
+    /// When the job was created (stable across attempts, unlike the claim time).
+    pub created_at: DateTime<Utc>,
 }
 
 /// Why a job could not be claimed.
@@ -63,9 +65,9 @@ pub async fn claim(
                    wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now()
              WHERE id = $1
                AND (status = 'queued'
-                    OR (status = 'retry' AND next_retry_at <= now() + interval '1 second')
+                    OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
                     OR (status = 'running' AND lease_expires_at < now()))
-         RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq
+         RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at
         ), t AS (
             UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
               FROM j WHERE tasks.id = j.task_id
@@ -76,7 +78,7 @@ pub async fn claim(
                    jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
               FROM j, t
         )
-        SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile,
+        SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
                t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model
           FROM j, t
         "#,
@@ -99,6 +101,7 @@ pub async fn claim(
             instruction: r.instruction,
             piece: r.piece,
             model: r.model,
+            created_at: r.created_at,
         }));
     }
     let state = sqlx::query!(
@@ -137,6 +140,9 @@ pub struct Transition {
     pub result: Option<String>,
     pub error: Option<String>,
     pub next_retry_at: Option<DateTime<Utc>>,
+    /// Give the job one more claim: the next claim is not a new attempt at the work (a
+    /// worker handing the job back as it shuts down).
+    pub refund_attempt: bool,
 }
 
 impl Transition {
@@ -147,6 +153,7 @@ impl Transition {
             result: None,
             error: None,
             next_retry_at: None,
+            refund_attempt: false,
         }
     }
 }
@@ -183,6 +190,7 @@ pub async fn append(
                    error = COALESCE($8, error),
                    next_retry_at = CASE WHEN $5::text IS NULL THEN next_retry_at ELSE $9 END,
                    lease_expires_at = CASE WHEN $5::text IS NULL THEN lease_expires_at END,
+                   max_attempts = max_attempts + CASE WHEN $10 THEN 1 ELSE 0 END,
                    finished_at = CASE WHEN $5 IN ('succeeded', 'failed', 'cancelled') THEN now()
                                       ELSE finished_at END,
                    updated_at = now()
@@ -216,6 +224,7 @@ pub async fn append(
         transition.and_then(|t| t.result.as_deref()),
         transition.and_then(|t| t.error.as_deref()),
         transition.and_then(|t| t.next_retry_at),
+        transition.is_some_and(|t| t.refund_attempt),
     )
     .fetch_optional(pool)
     .await?;
@@ -256,12 +265,14 @@ pub struct Stalled {
     pub task_id: TaskId,
     pub attempt: i32,
     pub profile: String,
+    /// `queued_undelivered`, `retry_due` or `lease_expired`.
+    pub reason: String,
 }
 
 /// Jobs that should be running but have not been picked up for `grace`: `queued` ones whose
 /// dispatch may never have reached the stream, `retry` ones whose time has come, and
-/// `running` ones whose lease expired. Each is marked as seen (its `updated_at` moves), so the
-/// next scan skips it for another `grace`.
+/// `running` ones whose lease expired. Each gets a `redispatch` event and is marked as seen
+/// (its `updated_at` moves, so the next scan skips it for another `grace`), in one statement.
 pub async fn take_stalled(
     pool: &PgPool,
     grace: Duration,
@@ -269,9 +280,12 @@ pub async fn take_stalled(
 ) -> Result<Vec<Stalled>, DbError> {
     let rows = sqlx::query!(
         r#"
-        UPDATE jobs SET updated_at = now()
-         WHERE id IN (
-            SELECT id FROM jobs
+        WITH s AS (
+            SELECT id,
+                   CASE status WHEN 'queued' THEN 'queued_undelivered'
+                               WHEN 'retry' THEN 'retry_due'
+                               ELSE 'lease_expired' END AS reason
+              FROM jobs
              WHERE (status = 'queued' AND updated_at < now() - make_interval(secs => $1))
                 OR (status = 'retry' AND next_retry_at < now() - make_interval(secs => $1)
                     AND updated_at < now() - make_interval(secs => $1))
@@ -279,8 +293,24 @@ pub async fn take_stalled(
                     AND updated_at < now() - make_interval(secs => $1))
              ORDER BY updated_at
              LIMIT $2
-             FOR UPDATE SKIP LOCKED)
-        RETURNING id, task_id, attempt, profile
+             FOR UPDATE SKIP LOCKED
+        ), j AS (
+            UPDATE jobs SET updated_at = now(), last_job_seq = last_job_seq + 1
+              FROM s WHERE jobs.id = s.id
+         RETURNING jobs.id, jobs.task_id, jobs.attempt, jobs.profile, jobs.last_job_seq, s.reason
+        ), t AS (
+            UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
+              FROM j WHERE tasks.id = j.task_id
+         RETURNING tasks.id, tasks.last_seq
+        ), e AS (
+            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+            SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'redispatch',
+                   jsonb_build_object('reason', j.reason, 'attempt', j.attempt)
+              FROM j JOIN t ON t.id = j.task_id
+        )
+        SELECT j.id AS "id!", j.task_id AS "task_id!", j.attempt AS "attempt!",
+               j.profile AS "profile!", j.reason AS "reason!"
+          FROM j
         "#,
         grace.as_secs_f64(),
         limit
@@ -294,6 +324,7 @@ pub async fn take_stalled(
             task_id: TaskId(r.task_id),
             attempt: r.attempt,
             profile: r.profile,
+            reason: r.reason,
         })
         .collect())
 }

@@ -20,6 +20,7 @@ pub enum EventKind {
     Message,
     ToolCall,
     ToolResult,
+    Redispatch,
 }
 
 impl EventKind {
@@ -29,6 +30,7 @@ impl EventKind {
             EventKind::Message => "message",
             EventKind::ToolCall => "tool_call",
             EventKind::ToolResult => "tool_result",
+            EventKind::Redispatch => "redispatch",
         }
     }
 }
@@ -60,6 +62,7 @@ pub enum EventBody {
     Message(MessageEvent),
     ToolCall(ToolCallEvent),
     ToolResult(ToolResultEvent),
+    Redispatch(RedispatchEvent),
 }
 
 impl EventBody {
@@ -69,6 +72,7 @@ impl EventBody {
             EventBody::Message(_) => EventKind::Message,
             EventBody::ToolCall(_) => EventKind::ToolCall,
             EventBody::ToolResult(_) => EventKind::ToolResult,
+            EventBody::Redispatch(_) => EventKind::Redispatch,
         }
     }
 
@@ -79,6 +83,7 @@ impl EventBody {
             EventBody::Message(p) => serde_json::to_value(p),
             EventBody::ToolCall(p) => serde_json::to_value(p),
             EventBody::ToolResult(p) => serde_json::to_value(p),
+            EventBody::Redispatch(p) => serde_json::to_value(p),
         };
         // Serializing these plain structs cannot fail: every field is JSON-representable.
         payload.unwrap_or(Value::Null)
@@ -90,6 +95,7 @@ impl EventBody {
             EventKind::Message => EventBody::Message(serde_json::from_value(payload)?),
             EventKind::ToolCall => EventBody::ToolCall(serde_json::from_value(payload)?),
             EventKind::ToolResult => EventBody::ToolResult(serde_json::from_value(payload)?),
+            EventKind::Redispatch => EventBody::Redispatch(serde_json::from_value(payload)?),
         })
     }
 }
@@ -110,6 +116,9 @@ pub struct JobStateChange {
     pub worker_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_retry_at: Option<DateTime<Utc>>,
+    /// Why the state changed, when that is not an error (e.g. a worker shutting down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl JobStateChange {
@@ -122,6 +131,7 @@ impl JobStateChange {
             error: None,
             worker_id: None,
             next_retry_at: None,
+            reason: None,
         }
     }
 }
@@ -161,6 +171,15 @@ pub struct ToolCallEvent {
     pub arguments: String,
     /// `seq` of the assistant message event that holds this call.
     pub message_seq: i64,
+}
+
+/// The scheduler dispatched a job again because it should have been running and was not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedispatchEvent {
+    /// `queued_undelivered`, `retry_due` or `lease_expired`.
+    pub reason: String,
+    /// The job's claim count at the time.
+    pub attempt: i32,
 }
 
 /// The result of a tool call, as the model sees it.

@@ -67,8 +67,9 @@ impl JobStatus {
         use JobStatus::*;
         match self {
             Queued => matches!(next, Running | Cancelled | Failed),
-            // Running → Running is a re-claim after the holder's lease expired.
-            Running => !matches!(next, Queued),
+            // Running → Running is a re-claim after the holder's lease expired;
+            // Running → Queued is a worker handing the job back as it shuts down.
+            Running => true,
             Retry => matches!(next, Running | Cancelled | Failed | Queued),
             WaitingHuman | WaitingSubtasks => matches!(next, Queued | Cancelled | Failed),
             Succeeded | Failed | Cancelled => false,
@@ -173,6 +174,9 @@ mod tests {
             !Queued.can_become(Succeeded),
             "a job must run before it succeeds"
         );
-        assert!(!Running.can_become(Queued));
+        assert!(
+            Running.can_become(Queued),
+            "a draining worker hands its job back"
+        );
     }
 }

@@ -12,7 +12,8 @@ pub mod tools;
 pub mod webhook;
 
 pub use event::{
-    Event, EventBody, EventKind, JobStateChange, MessageEvent, ToolCallEvent, ToolResultEvent,
+    Event, EventBody, EventKind, JobStateChange, MessageEvent, RedispatchEvent, ToolCallEvent,
+    ToolResultEvent,
 };
 pub use ids::{DeliveryId, JobId, NotificationId, Owner, TaskId, WebhookId};
 pub use job::{JobStatus, WaitReason};

@@ -116,7 +116,10 @@ pub async fn run<H: Handler>(
         loop {
             let next = tokio::select! {
                 next = batch.next() => next,
-                _ = shutdown.cancelled() => break 'pull,
+                _ = shutdown.cancelled() => {
+                    give_back(&mut batch).await;
+                    break 'pull;
+                }
             };
             let message = match next {
                 None => break,
@@ -144,6 +147,20 @@ pub async fn run<H: Handler>(
         "stopping; draining"
     );
     while in_flight.join_next().await.is_some() {}
+}
+
+/// Hand back the messages a pull request still brings after shutdown, so another instance
+/// gets them now rather than after `ack_wait`.
+async fn give_back(
+    batch: &mut (
+             impl futures::Stream<Item = Result<jetstream::Message, impl std::fmt::Display>> + Unpin
+         ),
+) {
+    while let Ok(Some(Ok(message))) =
+        tokio::time::timeout(Duration::from_millis(50), batch.next()).await
+    {
+        let _ = message.ack_with(AckKind::Nak(None)).await;
+    }
 }
 
 async fn process<H: Handler>(

@@ -15,8 +15,19 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn create() -> anyhow::Result<Self> {
-        let admin_url = std::env::var("TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        Self::create_on(&Self::shared_admin_url()).await
+    }
+
+    /// The shared server's admin database: `TEST_DATABASE_URL`, by default
+    /// `postgres://postgres@127.0.0.1:5432/postgres`.
+    pub fn shared_admin_url() -> String {
+        std::env::var("TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+    }
+
+    /// A fresh, migrated database on the server of `admin_url`.
+    pub async fn create_on(admin_url: &str) -> anyhow::Result<Self> {
+        let admin_url = admin_url.to_owned();
         let name = crate::unique("maestro_test_");
         let admin = PgPoolOptions::new()
             .max_connections(1)

@@ -39,17 +39,31 @@ impl PgServer {
         };
         let initdb = server.bin.join("initdb");
         let mut init = server.command(&initdb);
-        init.arg("-D").arg(&server.data).args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"]);
+        init.arg("-D").arg(&server.data).args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]);
         run(&mut init).context("initdb")?;
         server.start_again()?;
         Ok(server)
     }
 
     fn bin_dir() -> anyhow::Result<PathBuf> {
-        let versions = std::fs::read_dir("/usr/lib/postgresql").context("PostgreSQL is not installed")?;
-        let mut dirs: Vec<PathBuf> = versions.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect();
+        let versions =
+            std::fs::read_dir("/usr/lib/postgresql").context("PostgreSQL is not installed")?;
+        let mut dirs: Vec<PathBuf> = versions
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .collect();
         dirs.sort();
-        dirs.pop().filter(|d| d.join("initdb").exists()).context("no initdb under /usr/lib/postgresql")
+        dirs.pop()
+            .filter(|d| d.join("initdb").exists())
+            .context("no initdb under /usr/lib/postgresql")
     }
 
     fn command(&self, program: &Path) -> Command {
@@ -92,13 +106,21 @@ impl Drop for PgServer {
 }
 
 fn running_as_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
 fn run(command: &mut Command) -> anyhow::Result<()> {
-    let output = command.output().with_context(|| format!("run {command:?}"))?;
+    let output = command
+        .output()
+        .with_context(|| format!("run {command:?}"))?;
     if !output.status.success() {
-        bail!("{command:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     Ok(())
 }

@@ -115,6 +115,15 @@ impl Process {
             .and_then(Result::ok)
     }
 
+    /// Send a signal by name (`STOP`, `CONT`, `TERM`, ...).
+    pub fn signal(&self, name: &str) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args([&format!("-{name}"), &pid.to_string()])
+                .status();
+        }
+    }
+
     /// Whether it has exited.
     pub fn has_exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use crate::{NatsServer, Process, ScriptedLlm, SseClient, TestDb};
+use crate::{NatsServer, PgServer, Process, ScriptedLlm, SseClient, TestDb};
 
 /// The five services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,9 @@ pub struct StackOptions {
     pub env: Vec<(String, String)>,
     /// Services started at once, each as the instance named like the service.
     pub services: Vec<Service>,
+    /// Run a PostgreSQL server of the test's own (so the test may stop and restart it)
+    /// instead of using a database on the shared server.
+    pub private_postgres: bool,
 }
 
 impl StackOptions {
@@ -60,7 +63,13 @@ impl StackOptions {
             scenarios,
             env: Vec::new(),
             services: Service::ALL.to_vec(),
+            private_postgres: false,
         }
+    }
+
+    pub fn private_postgres(mut self) -> Self {
+        self.private_postgres = true;
+        self
     }
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
@@ -72,6 +81,8 @@ impl StackOptions {
 /// A running stack. Dropping it stops every process and drops the database.
 pub struct Stack {
     pub db: TestDb,
+    /// The test's own PostgreSQL server, with [`StackOptions::private_postgres`].
+    pub postgres: Option<PgServer>,
     pub nats: NatsServer,
     pub llm: ScriptedLlm,
     pub prefix: String,
@@ -99,7 +110,17 @@ impl std::fmt::Debug for Stack {
 impl Stack {
     pub async fn spawn(options: StackOptions) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("maestro-test-").tempdir()?;
-        let (db, nats) = tokio::try_join!(TestDb::create(), NatsServer::start(dir.path()))?;
+        let postgres = if options.private_postgres {
+            Some(PgServer::start(dir.path())?)
+        } else {
+            None
+        };
+        let admin_url = match &postgres {
+            Some(server) => server.admin_url.clone(),
+            None => TestDb::shared_admin_url(),
+        };
+        let (db, nats) =
+            tokio::try_join!(TestDb::create_on(&admin_url), NatsServer::start(dir.path()))?;
         let llm = ScriptedLlm::start(&options.scenarios, dir.path()).await?;
         let prefix = crate::unique("t");
         let workspaces = dir.path().join("workspaces");
@@ -127,6 +148,7 @@ impl Stack {
         env.extend(options.env);
         let mut stack = Self {
             db,
+            postgres,
             nats,
             llm,
             prefix,

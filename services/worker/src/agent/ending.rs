@@ -1,0 +1,144 @@
+//! How a job ends (or pauses): every ending is one commit of the remaining events, the
+//! `job_state` event and the state change together.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use maestro_db::jobs::{self, Fence, Transition};
+use maestro_domain::{EventBody, JobStateChange, JobStatus};
+use maestro_llm::LlmError;
+use maestro_messaging::backoff::backoff;
+
+use super::{JobEnd, JobError, JobRun, Shared};
+
+/// Fail a job before any work (too many attempts, unknown piece).
+pub(super) async fn settle_failed(
+    shared: &Shared,
+    fence: Fence,
+    error: String,
+) -> Result<JobEnd, JobError> {
+    tracing::warn!(%error, "job failed");
+    let transition = Transition {
+        error: Some(error.clone()),
+        ..Transition::to(JobStatus::Failed)
+    };
+    let change = state_event(JobStatus::Failed, fence.attempt, |c| {
+        c.error = Some(error.clone())
+    });
+    jobs::append(&shared.pool, fence, &[change], Some(&transition)).await??;
+    Ok(JobEnd::Failed(error))
+}
+
+fn state_event(
+    status: JobStatus,
+    attempt: i32,
+    fill: impl FnOnce(&mut JobStateChange),
+) -> EventBody {
+    let mut change = JobStateChange::new(status, attempt);
+    fill(&mut change);
+    EventBody::JobState(change)
+}
+
+impl JobRun<'_> {
+    pub(super) async fn succeed(&mut self, result: String) -> Result<JobEnd, JobError> {
+        let transition = Transition {
+            result: Some(result.clone()),
+            ..Transition::to(JobStatus::Succeeded)
+        };
+        self.unsaved
+            .push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| {
+                c.result = Some(result)
+            }));
+        self.commit(Some(transition)).await?;
+        tracing::info!(iterations = self.iterations, "job succeeded");
+        Ok(JobEnd::Succeeded)
+    }
+
+    pub(super) async fn fail(&mut self, error: String) -> Result<JobEnd, JobError> {
+        tracing::warn!(%error, "job failed");
+        let transition = Transition {
+            error: Some(error.clone()),
+            ..Transition::to(JobStatus::Failed)
+        };
+        self.unsaved
+            .push(state_event(JobStatus::Failed, self.fence.attempt, |c| {
+                c.error = Some(error.clone())
+            }));
+        self.commit(Some(transition)).await?;
+        Ok(JobEnd::Failed(error))
+    }
+
+    pub(super) async fn llm_failed(&mut self, error: LlmError) -> Result<JobEnd, JobError> {
+        if error.is_recoverable() {
+            self.recoverable(format!("LLM: {error}"), error.retry_after())
+                .await
+        } else {
+            self.fail(format!("LLM: {error}")).await
+        }
+    }
+
+    /// A recoverable error: `retry` with a backoff while attempts (and deliveries) remain,
+    /// else `failed`. Events not yet committed are dropped: the retry rebuilds from what was
+    /// committed.
+    pub(super) async fn recoverable(
+        &mut self,
+        error: String,
+        hint: Option<Duration>,
+    ) -> Result<JobEnd, JobError> {
+        self.unsaved.clear();
+        if self.fence.attempt >= self.claim.max_attempts {
+            return self
+                .fail(format!(
+                    "{error} (gave up after {} attempts)",
+                    self.fence.attempt
+                ))
+                .await;
+        }
+        if self.delivery.last {
+            return self
+                .fail(format!(
+                    "{error} (gave up: the dispatch reached its redelivery limit)"
+                ))
+                .await;
+        }
+        let settings = &self.shared.settings;
+        let delay = backoff(
+            self.fence.attempt,
+            settings.retry_base,
+            settings.retry_max,
+            hint,
+        );
+        let next_retry_at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+        tracing::warn!(%error, ?delay, "recoverable error; job will retry");
+        let transition = Transition {
+            error: Some(error.clone()),
+            next_retry_at: Some(next_retry_at),
+            ..Transition::to(JobStatus::Retry)
+        };
+        self.unsaved
+            .push(state_event(JobStatus::Retry, self.fence.attempt, |c| {
+                c.error = Some(error);
+                c.next_retry_at = Some(next_retry_at);
+            }));
+        self.commit(Some(transition)).await?;
+        Ok(JobEnd::Retry(delay))
+    }
+
+    /// Hand the job back (`queued`, with its attempt refunded) so another worker takes it
+    /// over from the last commit. Events not yet committed are dropped.
+    pub(super) async fn release(&mut self) -> Result<JobEnd, JobError> {
+        self.unsaved.clear();
+        let reason = "the worker is shutting down".to_owned();
+        tracing::info!("releasing the job: {reason}");
+        let transition = Transition {
+            refund_attempt: true,
+            ..Transition::to(JobStatus::Queued)
+        };
+        self.unsaved
+            .push(state_event(JobStatus::Queued, self.fence.attempt, |c| {
+                c.reason = Some(reason)
+            }));
+        self.commit(Some(transition)).await?;
+        Ok(JobEnd::Released)
+    }
+}

@@ -1,0 +1,84 @@
+//! One streaming LLM call: fragments are published live as deltas and merged into the
+//! completion; the call is abandoned when the job's lease is lost or the worker releases it.
+
+use maestro_db::jobs::Fenced;
+use maestro_llm::{Accumulator, ChatRequest, Completion, LlmError, StreamEvent};
+use maestro_messaging::payloads::DeltaFragment;
+
+use super::{JobError, JobRun};
+
+/// Why a call produced no completion, other than losing the job.
+#[derive(Debug)]
+pub(super) enum Interrupt {
+    Llm(LlmError),
+    /// The worker is shutting down and its grace period is over.
+    Released,
+}
+
+impl JobRun<'_> {
+    pub(super) async fn llm_iteration(
+        &mut self,
+    ) -> Result<Result<Completion, Interrupt>, JobError> {
+        let request = ChatRequest {
+            model: &self.model,
+            tools: Some(&self.tools_json),
+            messages: &self.messages,
+        };
+        let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());
+        let started = tokio::select! {
+            started = self.shared.llm.stream_chat(request) => started,
+            _ = lost.cancelled() => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
+            _ = release.cancelled() => return Ok(Err(Interrupt::Released)),
+        };
+        let mut stream = match started {
+            Ok(stream) => stream,
+            Err(e) => return Ok(Err(Interrupt::Llm(e))),
+        };
+        let mut acc = Accumulator::default();
+        loop {
+            let next = tokio::select! {
+                next = stream.next() => next,
+                _ = lost.cancelled() => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
+                _ = release.cancelled() => return Ok(Err(Interrupt::Released)),
+            };
+            let Some(event) = next else { break };
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => return Ok(Err(Interrupt::Llm(e))),
+            };
+            if let Some(fragment) = fragment_of(&event) {
+                self.deltas.publish(fragment).await;
+            }
+            acc.push(&event);
+        }
+        let completion = acc.finish();
+        if let Some(usage) = completion.usage {
+            tracing::info!(
+                "prompt_cache reused={} prompt={} pct={:.1}",
+                usage.cached_prompt_tokens,
+                usage.prompt_tokens,
+                usage.cache_pct()
+            );
+        }
+        Ok(Ok(completion))
+    }
+}
+
+/// The live delta for a stream event, if it is one a client shows.
+fn fragment_of(event: &StreamEvent) -> Option<DeltaFragment> {
+    match event {
+        StreamEvent::Text(text) => Some(DeltaFragment::Text { text: text.clone() }),
+        StreamEvent::ToolCall {
+            index,
+            id,
+            name,
+            arguments,
+        } => Some(DeltaFragment::ToolCall {
+            index: *index,
+            call_id: id.clone(),
+            name: name.clone(),
+            arguments: arguments.clone(),
+        }),
+        _ => None,
+    }
+}

@@ -1,0 +1,483 @@
+//! Failure handling through the whole stack: retries that honour `Retry-After`, attempts that
+//! run out, a paused ("zombie") worker that is fenced when it wakes, a worker drained by
+//! SIGTERM that hands its job over at once, every service exiting 0 on SIGTERM, and the stack
+//! riding out a NATS restart and a Postgres restart without losing anything it accepted.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use maestro_testkit::{Service, Stack, StackOptions};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn job_states(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "job_state")
+        .map(|e| {
+            e["payload"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+fn time(value: &Value) -> DateTime<Utc> {
+    value
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("a timestamp")
+}
+
+/// Every event has a seq and a job_seq, gap-free from 1, and no tool call got two results.
+fn assert_consistent(events: &[Value]) {
+    let seqs: Vec<i64> = events
+        .iter()
+        .map(|e| e["seq"].as_i64().expect("seq"))
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "seq gap-free and unique"
+    );
+    let mut results: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .map(|e| e["payload"]["call_id"].as_str().unwrap_or_default())
+        .collect();
+    let total = results.len();
+    results.sort();
+    results.dedup();
+    assert_eq!(results.len(), total, "no tool call has two results");
+}
+
+/// A scenario whose second turn streams slowly for a few seconds.
+fn slow_second_turn(matches: &str) -> Value {
+    json!({
+        "name": format!("slow-{matches}"),
+        "match": matches,
+        "turns": [
+            {"delay_ms": 200, "tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "a"}}]},
+            {
+                "text": "Taking my time over this answer, one character after another.",
+                "chunk_chars": 1,
+                "chunk_delay_ms": 70,
+                "tool_calls": [{"name": "complete", "arguments": {"result": "slow but done"}}]
+            }
+        ]
+    })
+}
+
+/// Wait until the task's second turn is streaming (a delta after the first tool result).
+async fn wait_for_second_turn(stack: &Stack, task_id: &str) {
+    let mut stream = stack.stream(task_id, None).await.expect("stream");
+    let mut seen_result = false;
+    let items = stream
+        .read_until(WAIT, |item| {
+            seen_result |= item.event == "tool_result";
+            seen_result && item.event == "delta"
+        })
+        .await;
+    assert_eq!(
+        items.last().map(|i| i.event.as_str()),
+        Some("delta"),
+        "the second turn streams: {items:#?}"
+    );
+}
+
+async fn readiness(stack: &Stack) -> (u16, Value) {
+    let response = stack
+        .http
+        .get(stack.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn wait_for_readiness(stack: &Stack, want: u16) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, body) = readiness(stack).await;
+        if status == want {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "readyz stayed {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_llm_call_waits_for_retry_after_then_succeeds() {
+    let scenario = json!({"scenarios": [{
+        "name": "rate-limited",
+        "turns": [{
+            "fail": {"status": 429, "body": "slow down", "retry_after": 2, "times": 1},
+            "tool_calls": [{"name": "complete", "arguments": {"result": "after the wait"}}]
+        }]
+    }]});
+    let options = StackOptions::new(scenario)
+        .env("RETRY_BASE_MS", "100")
+        .env("RETRY_MAX_MS", "200");
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "be patient"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id");
+    let done = stack
+        .wait_for_status(id, &["succeeded", "failed"], WAIT)
+        .await
+        .expect("ends");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+
+    let events = stack.events(id).await.expect("events");
+    assert_eq!(
+        job_states(&events),
+        ["queued", "running", "retry", "running", "succeeded"]
+    );
+    let retry = events
+        .iter()
+        .find(|e| e["payload"]["status"] == "retry")
+        .expect("retry event");
+    let next_retry_at = time(&retry["payload"]["next_retry_at"]);
+    let waited = next_retry_at - time(&retry["created_at"]);
+    assert!(
+        waited >= chrono::Duration::milliseconds(1900),
+        "Retry-After (2 s) wins over the 100 ms backoff: waited {waited}"
+    );
+    let reclaimed = events
+        .iter()
+        .filter(|e| e["payload"]["status"] == "running")
+        .nth(1)
+        .expect("second claim");
+    assert!(
+        time(&reclaimed["created_at"]) >= next_retry_at - chrono::Duration::milliseconds(100),
+        "not claimed before its time: {reclaimed} vs {next_retry_at}"
+    );
+    assert!(
+        retry["payload"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("429")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_server_errors_fail_the_job_after_its_attempts_are_spent() {
+    let scenario = json!({"scenarios": [{
+        "name": "broken",
+        "turns": [{"fail": {"status": 500, "body": "it is broken", "times": 0}}]
+    }]});
+    let options = StackOptions::new(scenario)
+        .env("JOB_MAX_ATTEMPTS", "3")
+        .env("RETRY_BASE_MS", "100")
+        .env("RETRY_MAX_MS", "200");
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "doomed"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id");
+    let done = stack
+        .wait_for_status(id, &["failed", "succeeded"], WAIT)
+        .await
+        .expect("ends");
+    let job = &done["latest_job"];
+    assert_eq!(job["status"], "failed");
+    assert_eq!(job["attempt"], 3, "three attempts, counted");
+    let error = job["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("500") && error.contains("gave up after 3 attempts"),
+        "{error}"
+    );
+    let events = stack.events(id).await.expect("events");
+    assert_eq!(
+        job_states(&events),
+        [
+            "queued", "running", "retry", "running", "retry", "running", "failed"
+        ]
+    );
+    assert_eq!(
+        stack.llm.requests().await.expect("requests").len(),
+        3,
+        "one LLM call per attempt"
+    );
+    let letters: Vec<String> =
+        sqlx::query_scalar("SELECT reason FROM dead_letters WHERE consumer = 'jobs'")
+            .fetch_all(&stack.db.pool)
+            .await
+            .expect("dead letters");
+    assert_eq!(
+        letters.len(),
+        1,
+        "the dispatch is terminated and kept: {letters:?}"
+    );
+    assert!(
+        letters[0].contains("gave up after 3 attempts"),
+        "{letters:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_is_fenced_when_it_wakes_up() {
+    let scenarios = json!({"scenarios": [slow_second_turn("zombie")]});
+    let mut options = StackOptions::new(scenarios).env("JOB_ACK_WAIT_MS", "1500");
+    options.services.retain(|s| *s != Service::Worker);
+    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    stack
+        .start(Service::Worker, "worker-a", &[])
+        .await
+        .expect("worker a");
+    let task = stack
+        .create_task(json!({"instruction": "zombie test"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id").to_owned();
+    wait_for_second_turn(&stack, &id).await;
+
+    stack.process("worker-a").signal("STOP");
+    stack
+        .start(Service::Worker, "worker-b", &[])
+        .await
+        .expect("worker b");
+    let done = stack
+        .wait_for_status(&id, &["succeeded", "failed"], WAIT)
+        .await
+        .expect("ends");
+    assert_eq!(
+        done["latest_job"]["status"], "succeeded",
+        "worker b finished the job: {done}"
+    );
+    stack.process("worker-a").signal("CONT");
+    // Worker a wakes mid-stream with a job it no longer holds.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !stack
+        .process("worker-a")
+        .log_tail(200)
+        .contains("lost the job to another attempt")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "worker a never noticed it was fenced"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !stack.process("worker-a").has_exited(),
+        "the fenced worker keeps serving"
+    );
+
+    let events = stack.events(&id).await.expect("events");
+    assert_consistent(&events);
+    assert_eq!(
+        job_states(&events),
+        ["queued", "running", "running", "succeeded"]
+    );
+    let workers: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["payload"]["worker_id"].as_str())
+        .collect();
+    assert_eq!(workers, ["worker-a", "worker-b"]);
+    let assistant = events
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["payload"]["role"] == "assistant")
+        .count();
+    assert_eq!(assistant, 2, "the zombie's late answer was not written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_worker_and_another_takes_its_job_over_at_once() {
+    let scenarios = json!({"scenarios": [slow_second_turn("drain")]});
+    // The default 30 s ack_wait: a handover that waited for redelivery would miss the deadline.
+    let mut options = StackOptions::new(scenarios).env("SHUTDOWN_GRACE_MS", "300");
+    options.services.retain(|s| *s != Service::Worker);
+    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    stack
+        .start(Service::Worker, "worker-a", &[])
+        .await
+        .expect("worker a");
+    let task = stack
+        .create_task(json!({"instruction": "drain test"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id").to_owned();
+    wait_for_second_turn(&stack, &id).await;
+    stack
+        .start(Service::Worker, "worker-b", &[])
+        .await
+        .expect("worker b");
+
+    let exit = stack
+        .process("worker-a")
+        .terminate(Duration::from_secs(10))
+        .await
+        .expect("worker a exits");
+    assert!(exit.success(), "a drained worker exits 0: {exit:?}");
+    let done = stack
+        .wait_for_status(&id, &["succeeded", "failed"], Duration::from_secs(15))
+        .await
+        .expect("ends");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    assert_eq!(done["latest_job"]["attempt"], 2);
+    assert_eq!(
+        done["latest_job"]["max_attempts"], 6,
+        "the handover did not use up an attempt"
+    );
+
+    let events = stack.events(&id).await.expect("events");
+    assert_consistent(&events);
+    assert_eq!(
+        job_states(&events),
+        ["queued", "running", "queued", "running", "succeeded"]
+    );
+    let released = events
+        .iter()
+        .filter(|e| e["kind"] == "job_state")
+        .nth(2)
+        .expect("release");
+    assert_eq!(released["payload"]["reason"], "the worker is shutting down");
+    let results = events.iter().filter(|e| e["kind"] == "tool_result").count();
+    assert_eq!(
+        results, 2,
+        "the committed write was not repeated by worker b"
+    );
+
+    // Every other service exits 0 on SIGTERM too, the gateway with an SSE client attached.
+    let _open_stream = stack.stream(&id, None).await.expect("stream");
+    for instance in [
+        "api-gateway",
+        "scheduler",
+        "notifier",
+        "tool-runner",
+        "worker-b",
+    ] {
+        let exit = stack
+            .process(instance)
+            .terminate(Duration::from_secs(15))
+            .await;
+        assert!(
+            exit.is_some_and(|e| e.success()),
+            "{instance} exits 0 on SIGTERM: {exit:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stack_rides_out_a_nats_restart() {
+    let scenario = json!({"scenarios": [{
+        "name": "quick",
+        "turns": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "a"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+        ]
+    }]});
+    let options = StackOptions::new(scenario).env("REDISPATCH_GRACE_MS", "1000");
+    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    let before = stack
+        .create_task(json!({"instruction": "before"}))
+        .await
+        .expect("task");
+    stack
+        .wait_for_status(before["id"].as_str().expect("id"), &["succeeded"], WAIT)
+        .await
+        .expect("ok before");
+
+    stack.nats.kill().await;
+    let body = wait_for_readiness(&stack, 503).await;
+    assert_eq!(body["checks"]["nats"], false, "{body}");
+    assert_eq!(body["checks"]["postgres"], true, "{body}");
+    // Accepted while NATS is down: committed now, dispatched once NATS is back.
+    let during = stack
+        .create_task(json!({"instruction": "during"}))
+        .await
+        .expect("accepted without NATS");
+    stack.nats.restart().await.expect("NATS restarts");
+    wait_for_readiness(&stack, 200).await;
+
+    for task in [
+        &during,
+        &stack
+            .create_task(json!({"instruction": "after"}))
+            .await
+            .expect("task"),
+    ] {
+        let id = task["id"].as_str().expect("id");
+        let done = stack
+            .wait_for_status(id, &["succeeded", "failed"], WAIT)
+            .await
+            .expect("ends");
+        assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        assert_consistent(&stack.events(id).await.expect("events"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stack_rides_out_a_postgres_restart_even_mid_job() {
+    let scenarios = json!({"scenarios": [
+        slow_second_turn("mid-job"),
+        {"name": "quick", "turns": [{"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}]}
+    ]});
+    let options = StackOptions::new(scenarios)
+        .private_postgres()
+        .env("JOB_ACK_WAIT_MS", "2000")
+        .env("REDISPATCH_GRACE_MS", "1000");
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let first = stack
+        .create_task(json!({"instruction": "first"}))
+        .await
+        .expect("task");
+    stack
+        .wait_for_status(first["id"].as_str().expect("id"), &["succeeded"], WAIT)
+        .await
+        .expect("ok");
+
+    let slow = stack
+        .create_task(json!({"instruction": "mid-job"}))
+        .await
+        .expect("task");
+    let slow_id = slow["id"].as_str().expect("id").to_owned();
+    wait_for_second_turn(&stack, &slow_id).await;
+    let postgres = stack.postgres.as_ref().expect("private postgres");
+    postgres.stop().expect("Postgres stops");
+    let body = wait_for_readiness(&stack, 503).await;
+    assert_eq!(body["checks"]["postgres"], false, "{body}");
+    let refused = stack
+        .http
+        .post(stack.url("/api/local/tasks"))
+        .bearer_auth(&stack.token)
+        .json(&json!({"instruction": "while the database is down"}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(refused.status(), 503, "not accepted, so not lost");
+    let refused: Value = refused.json().await.expect("json");
+    assert_eq!(refused["error"]["code"], "unavailable");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    postgres.start_again().expect("Postgres starts again");
+    wait_for_readiness(&stack, 200).await;
+
+    let done = stack
+        .wait_for_status(&slow_id, &["succeeded", "failed"], WAIT)
+        .await
+        .expect("ends");
+    assert_eq!(
+        done["latest_job"]["status"], "succeeded",
+        "the job in flight survived: {done}"
+    );
+    assert_consistent(&stack.events(&slow_id).await.expect("events"));
+    let after = stack
+        .create_task(json!({"instruction": "after"}))
+        .await
+        .expect("task");
+    stack
+        .wait_for_status(after["id"].as_str().expect("id"), &["succeeded"], WAIT)
+        .await
+        .expect("ok after");
+}
