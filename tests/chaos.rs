@@ -1,0 +1,15 @@
+//! The chaos harness's short form: 20 jobs through the whole stack while 10 disruptions hit
+//! it (SIGKILLed services, a worker paused past its lease, NATS and Postgres restarts); every
+//! invariant must hold. The long form is `maestro-chaos` (see docs/reliability.md).
+
+use maestro_chaos::ChaosOptions;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_survive_killed_services_paused_workers_and_restarted_infrastructure() {
+    let report = maestro_chaos::run(ChaosOptions::short())
+        .await
+        .expect("the harness runs");
+    println!("{report}");
+    assert!(report.holds(), "an invariant broke:\n{report}");
+    assert_eq!(report.succeeded, 20, "every job succeeded:\n{report}");
+}

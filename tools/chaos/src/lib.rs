@@ -1,0 +1,402 @@
+//! The chaos harness. It runs jobs through the whole stack (five services as processes, two
+//! workers, a private Postgres server and nats-server, the scripted LLM streaming slowly) while
+//! it kills random services with SIGKILL, pauses a worker (SIGSTOP) past its lease, and
+//! restarts NATS and Postgres; then it checks the invariants:
+//!
+//! - every job the API accepted exists and reached a terminal state (none lost, none stuck);
+//! - every task's event `seq` and every job's `job_seq` is gap-free from 1 (none duplicated or
+//!   skipped);
+//! - no tool call has two results, every succeeded job committed each LLM turn exactly once and
+//!   has exactly one `succeeded` event.
+//!
+//! Clients create tasks with an `Idempotency-Key` and retry until answered, as a careful client
+//! of a flaky network would; a retry must never create a second task.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use maestro_testkit::{Service, Stack, StackOptions};
+use serde_json::{Value, json};
+
+/// How much chaos.
+#[derive(Debug, Clone)]
+pub struct ChaosOptions {
+    pub jobs: usize,
+    /// Disruptions: kills, pauses and (with `restart_infrastructure`) NATS and Postgres restarts.
+    pub actions: usize,
+    /// Include NATS and Postgres restarts among the disruptions.
+    pub restart_infrastructure: bool,
+    pub seed: u64,
+    /// Time allowed for every job to settle after the last disruption.
+    pub settle_timeout: Duration,
+}
+
+impl ChaosOptions {
+    /// The form CI runs: 20 jobs, 10 disruptions.
+    pub fn short() -> Self {
+        Self {
+            jobs: 20,
+            actions: 10,
+            restart_infrastructure: true,
+            seed: 7,
+            settle_timeout: Duration::from_secs(90),
+        }
+    }
+
+    /// The documented long run: 120 jobs, 60 disruptions.
+    pub fn long() -> Self {
+        Self {
+            jobs: 120,
+            actions: 60,
+            restart_infrastructure: true,
+            seed: 42,
+            settle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What happened and what held.
+#[derive(Debug, Default)]
+pub struct ChaosReport {
+    pub jobs: usize,
+    pub kills: usize,
+    pub pauses: usize,
+    pub nats_restarts: usize,
+    pub postgres_restarts: usize,
+    pub succeeded: i64,
+    pub failed: Vec<String>,
+    pub lost: usize,
+    pub stuck: i64,
+    pub seq_violations: i64,
+    pub duplicate_results: i64,
+    pub repeated_turns: i64,
+    pub duplicate_successes: i64,
+    pub duplicate_tasks: i64,
+    pub chaos_duration: Duration,
+    /// From the last disruption until every job had settled.
+    pub recovery: Duration,
+    /// Job durations (created → finished), median and longest.
+    pub job_p50: Duration,
+    pub job_max: Duration,
+}
+
+impl ChaosReport {
+    /// Every invariant held.
+    pub fn holds(&self) -> bool {
+        self.lost == 0
+            && self.stuck == 0
+            && self.failed.is_empty()
+            && self.seq_violations == 0
+            && self.duplicate_results == 0
+            && self.repeated_turns == 0
+            && self.duplicate_successes == 0
+            && self.duplicate_tasks == 0
+    }
+}
+
+impl fmt::Display for ChaosReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "jobs:                 {}", self.jobs)?;
+        writeln!(
+            f,
+            "disruptions:          {} kills, {} worker pauses, {} NATS restarts, {} Postgres restarts over {:.1} s",
+            self.kills,
+            self.pauses,
+            self.nats_restarts,
+            self.postgres_restarts,
+            self.chaos_duration.as_secs_f64()
+        )?;
+        writeln!(f, "succeeded:            {}", self.succeeded)?;
+        writeln!(
+            f,
+            "failed:               {} {:?}",
+            self.failed.len(),
+            self.failed
+        )?;
+        writeln!(f, "lost:                 {}", self.lost)?;
+        writeln!(f, "stuck:                {}", self.stuck)?;
+        writeln!(f, "seq violations:       {}", self.seq_violations)?;
+        writeln!(f, "duplicate results:    {}", self.duplicate_results)?;
+        writeln!(f, "repeated LLM turns:   {}", self.repeated_turns)?;
+        writeln!(f, "duplicate successes:  {}", self.duplicate_successes)?;
+        writeln!(f, "duplicate tasks:      {}", self.duplicate_tasks)?;
+        writeln!(
+            f,
+            "recovery:             {:.1} s after the last disruption",
+            self.recovery.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "job duration:         p50 {:.1} s, max {:.1} s (created → finished)",
+            self.job_p50.as_secs_f64(),
+            self.job_max.as_secs_f64()
+        )?;
+        write!(
+            f,
+            "invariants:           {}",
+            if self.holds() { "hold" } else { "BROKEN" }
+        )
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so a seed replays the same chaos.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+/// Each job: write a file, read it back, finish — three LLM turns, streamed slowly enough
+/// that disruptions land in the middle of jobs.
+fn scenarios() -> Value {
+    json!({"scenarios": [{
+        "name": "chaos",
+        "turns": [
+            {"text": "Writing the file.", "chunk_chars": 2, "chunk_delay_ms": 25,
+             "tool_calls": [{"name": "write_file", "arguments": {"path": "note.txt", "content": "x"}}]},
+            {"text": "Checking it.", "chunk_chars": 2, "chunk_delay_ms": 25,
+             "tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
+            {"text": "Done.", "tool_calls": [{"name": "complete", "arguments": {"result": "ok"}}]}
+        ]
+    }]})
+}
+
+const TURNS: i64 = 3;
+const INSTANCES: [(Service, &str); 6] = [
+    (Service::ApiGateway, "api-gateway"),
+    (Service::Scheduler, "scheduler"),
+    (Service::Notifier, "notifier"),
+    (Service::ToolRunner, "tool-runner"),
+    (Service::Worker, "worker-1"),
+    (Service::Worker, "worker-2"),
+];
+const LEASE: Duration = Duration::from_secs(2);
+
+/// Run the harness.
+pub async fn run(options: ChaosOptions) -> anyhow::Result<ChaosReport> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut stack_options = StackOptions::new(scenarios())
+        .private_postgres()
+        .env("GATEWAY_ADDR", &format!("127.0.0.1:{port}"))
+        .env("JOB_ACK_WAIT_MS", &LEASE.as_millis().to_string())
+        .env("JOB_MAX_ATTEMPTS", "25")
+        .env("JOB_MAX_DELIVER", "100")
+        .env("REDISPATCH_GRACE_MS", "1500")
+        .env("RETRY_BASE_MS", "200")
+        .env("RETRY_MAX_MS", "1000")
+        .env("SHUTDOWN_GRACE_MS", "200")
+        .env("TOOL_TIMEOUT_MS", "3000");
+    stack_options.services = vec![
+        Service::ApiGateway,
+        Service::Scheduler,
+        Service::Notifier,
+        Service::ToolRunner,
+    ];
+    let mut stack = Stack::spawn(stack_options).await?;
+    for (service, instance) in &INSTANCES[4..] {
+        stack.start(*service, instance, &[]).await?;
+    }
+    let base = stack.url("");
+    let token = stack.token.clone();
+    let mut rng = Rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    // Spread the jobs over the expected length of the chaos (about 1.5 s per disruption).
+    let spacing =
+        Duration::from_millis((options.actions as u64 * 1500) / options.jobs.max(1) as u64);
+    let creator = tokio::spawn(create_tasks(base, token, options.jobs, spacing));
+
+    let mut report = ChaosReport {
+        jobs: options.jobs,
+        ..Default::default()
+    };
+    let started = Instant::now();
+    for _ in 0..options.actions {
+        tokio::time::sleep(rng.millis(200, 1200)).await;
+        disrupt(&mut stack, &mut rng, &options, &mut report).await?;
+    }
+    report.chaos_duration = started.elapsed();
+    let calm = Instant::now();
+    let accepted = creator.await.context("the task creator panicked")??;
+    settle(&stack, options.settle_timeout).await?;
+    report.recovery = calm.elapsed();
+    check(&stack, &accepted, &mut report).await?;
+    Ok(report)
+}
+
+async fn disrupt(
+    stack: &mut Stack,
+    rng: &mut Rng,
+    options: &ChaosOptions,
+    report: &mut ChaosReport,
+) -> anyhow::Result<()> {
+    let roll = rng.below(100);
+    match roll {
+        0..15 if options.restart_infrastructure => {
+            stack.nats.kill().await;
+            tokio::time::sleep(rng.millis(200, 1000)).await;
+            stack.nats.restart().await?;
+            report.nats_restarts += 1;
+        }
+        15..30 if options.restart_infrastructure => {
+            let postgres = stack.postgres.as_ref().context("a private Postgres")?;
+            postgres.stop()?;
+            tokio::time::sleep(rng.millis(200, 1000)).await;
+            postgres.start_again()?;
+            report.postgres_restarts += 1;
+        }
+        30..45 => {
+            let worker = if rng.below(2) == 0 {
+                "worker-1"
+            } else {
+                "worker-2"
+            };
+            stack.process(worker).signal("STOP");
+            tokio::time::sleep(LEASE + rng.millis(500, 1500)).await;
+            stack.process(worker).signal("CONT");
+            report.pauses += 1;
+        }
+        _ => {
+            let (service, instance) = INSTANCES[rng.below(INSTANCES.len() as u64) as usize];
+            stack.kill(instance).await;
+            tokio::time::sleep(rng.millis(100, 800)).await;
+            stack.start(service, instance, &[]).await?;
+            report.kills += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Create `n` tasks, each with its own idempotency key, retrying each until it is answered.
+async fn create_tasks(
+    base: String,
+    token: String,
+    n: usize,
+    spacing: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let http = maestro_testkit::http_client();
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let id = loop {
+            let response = http
+                .post(format!("{base}/api/local/tasks"))
+                .bearer_auth(&token)
+                .header("idempotency-key", format!("chaos-{i}"))
+                .timeout(Duration::from_secs(15))
+                .json(&json!({"instruction": format!("chaos job {i}")}))
+                .send()
+                .await;
+            if let Ok(response) = response
+                && response.status().is_success()
+                && let Ok(task) = response.json::<Value>().await
+                && let Some(id) = task["id"].as_str()
+            {
+                break id.to_owned();
+            }
+            anyhow::ensure!(Instant::now() < deadline, "task {i} was never accepted");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        ids.push(id);
+        tokio::time::sleep(spacing).await;
+    }
+    Ok(ids)
+}
+
+/// Wait until no job is queued, running or waiting to retry.
+async fn settle(stack: &Stack, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let open: Result<i64, _> = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE status NOT IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .fetch_one(&stack.db.pool)
+        .await;
+        if matches!(open, Ok(0)) || Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn scalar(stack: &Stack, sql: &'static str) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(sql).fetch_one(&stack.db.pool).await?)
+}
+
+async fn check(stack: &Stack, accepted: &[String], report: &mut ChaosReport) -> anyhow::Result<()> {
+    let stored: Vec<String> = sqlx::query_scalar("SELECT id::text FROM tasks")
+        .fetch_all(&stack.db.pool)
+        .await?;
+    report.lost = accepted.iter().filter(|id| !stored.contains(id)).count();
+    report.duplicate_tasks = stored.len() as i64 - accepted.len() as i64;
+    report.stuck = scalar(
+        stack,
+        "SELECT count(*) FROM jobs WHERE status NOT IN ('succeeded', 'failed', 'cancelled')",
+    )
+    .await?;
+    report.succeeded = scalar(
+        stack,
+        "SELECT count(*) FROM jobs WHERE status = 'succeeded'",
+    )
+    .await?;
+    report.failed =
+        sqlx::query_scalar("SELECT coalesce(error, '?') FROM jobs WHERE status = 'failed'")
+            .fetch_all(&stack.db.pool)
+            .await?;
+    report.seq_violations = scalar(
+        stack,
+        "SELECT (SELECT count(*) FROM (SELECT task_id FROM events GROUP BY task_id
+                                       HAVING count(*) <> max(seq) OR min(seq) <> 1) t)
+              + (SELECT count(*) FROM (SELECT job_id FROM events GROUP BY job_id
+                                       HAVING count(*) <> max(job_seq) OR min(job_seq) <> 1) j)",
+    )
+    .await?;
+    report.duplicate_results = scalar(
+        stack,
+        "SELECT count(*) FROM (SELECT job_id, payload->>'call_id' FROM events WHERE kind = 'tool_result'
+                                GROUP BY 1, 2 HAVING count(*) > 1) d",
+    )
+    .await?;
+    report.repeated_turns = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT j.id FROM jobs j JOIN events e ON e.job_id = j.id
+                                WHERE j.status = 'succeeded' AND e.kind = 'message'
+                                  AND e.payload->>'role' = 'assistant'
+                                GROUP BY j.id HAVING count(*) <> $1) r",
+    )
+    .bind(TURNS)
+    .fetch_one(&stack.db.pool)
+    .await?;
+    let durations: Vec<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM finished_at - created_at)::float8 FROM jobs
+          WHERE finished_at IS NOT NULL ORDER BY 1",
+    )
+    .fetch_all(&stack.db.pool)
+    .await?;
+    if let (Some(max), false) = (durations.last(), durations.is_empty()) {
+        report.job_p50 = Duration::from_secs_f64(durations[durations.len() / 2]);
+        report.job_max = Duration::from_secs_f64(*max);
+    }
+    report.duplicate_successes = scalar(
+        stack,
+        "SELECT count(*) FROM (SELECT job_id FROM events WHERE kind = 'job_state'
+                                 AND payload->>'status' = 'succeeded'
+                               GROUP BY job_id HAVING count(*) > 1) s",
+    )
+    .await?;
+    Ok(())
+}
