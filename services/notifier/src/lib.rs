@@ -34,7 +34,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_ack_pending: 1000,
     };
     let hooks = setup::webhook_consumer(&js, &subjects, &hook_settings).await?;
-    let http = reqwest::Client::builder()
+    let http = maestro_runtime::http_client()
         .timeout(settings.webhook_timeout)
         .connect_timeout(Duration::from_secs(5))
         .build()

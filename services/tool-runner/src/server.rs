@@ -1,25 +1,38 @@
-//! Serving `<prefix>.tools.exec`: decode the request, run the tool on a blocking thread with
-//! bounded concurrency, reply. Shutdown unsubscribes first (other instances take new calls)
-//! and then lets the calls in flight finish.
+//! Serving `<prefix>.tools.exec`: decode the request, run the tool (file tools on a confined
+//! thread, programs in the sandbox) with bounded concurrency, reply. `<prefix>.tools.cancel`
+//! (`{"job_id": ...}`) stops every call of a job at once, killing its processes. Shutdown
+//! unsubscribes first (other instances take new calls) and then lets calls in flight finish.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use bytes::Bytes;
 use futures::StreamExt;
+use maestro_domain::JobId;
 use maestro_domain::tools::{ToolExecReply, ToolExecRequest};
 use maestro_messaging::Subjects;
+use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::Settings;
-use crate::tools::{self, Limits};
+use crate::sandbox::Sandbox;
+use crate::tools::{self, Call, Toolbox};
 use crate::workspace::Workspace;
 
 /// The queue group all tool-runner instances join.
 pub const QUEUE_GROUP: &str = "tool-runners";
+
+/// Cancellation tokens of the jobs with calls in flight.
+type Running = Arc<Mutex<HashMap<JobId, CancellationToken>>>;
+
+#[derive(Deserialize)]
+struct CancelRequest {
+    job_id: JobId,
+}
 
 /// Serve tool calls until `shutdown` is cancelled.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -30,6 +43,19 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             settings.workspaces_dir.display()
         )
     })?;
+    let sandbox = Sandbox::detect(
+        settings.bwrap.clone(),
+        settings.limits.clone(),
+        settings.sandbox_user,
+        settings.extra_ro_paths.clone(),
+        &settings.workspaces_dir.join(".sandbox-probe"),
+    )
+    .await;
+    report(&sandbox);
+    let http = maestro_runtime::http_client()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()?;
+    let toolbox = Arc::new(Toolbox { sandbox, http });
     let client = maestro_messaging::connect(&settings.nats_url, "maestro-tool-runner")
         .await
         .context("connect to NATS")?;
@@ -37,16 +63,30 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .queue_subscribe(subjects.tools_exec(), QUEUE_GROUP.to_owned())
         .await
         .context("subscribe to tool requests")?;
-    client.flush().await.context("flush subscription")?;
+    let mut cancels = client
+        .subscribe(subjects.tools_cancel())
+        .await
+        .context("subscribe to cancellations")?;
+    client.flush().await.context("flush subscriptions")?;
     maestro_runtime::announce_ready("tool-runner", None);
     tracing::info!(subject = %subjects.tools_exec(), "serving tool calls");
 
     let settings = Arc::new(settings);
+    let running: Running = Arc::default();
     let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
     let mut in_flight = JoinSet::new();
     loop {
         let message = tokio::select! {
             message = requests.next() => message,
+            Some(cancel) = cancels.next() => {
+                if let Ok(request) = serde_json::from_slice::<CancelRequest>(&cancel.payload)
+                    && let Some(token) = running.lock().expect("lock").get(&request.job_id)
+                {
+                    tracing::info!(job_id = %request.job_id, "cancelling the job's tool calls");
+                    token.cancel();
+                }
+                continue;
+            }
             _ = shutdown.cancelled() => break,
         };
         let Some(message) = message else { break };
@@ -58,8 +98,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             .acquire_owned()
             .await
             .expect("semaphore is never closed");
-        let client = client.clone();
-        let settings = settings.clone();
+        let (client, settings, toolbox, running) = (
+            client.clone(),
+            settings.clone(),
+            toolbox.clone(),
+            running.clone(),
+        );
         let span = tracing::info_span!(
             "tool_call",
             tool = tracing::field::Empty,
@@ -68,7 +112,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         maestro_messaging::trace::adopt(&span, message.headers.as_ref());
         in_flight.spawn(
             async move {
-                let answer = handle(&settings, &message.payload).await;
+                let answer = handle(&settings, &toolbox, &running, &message.payload).await;
                 let payload = serde_json::to_vec(&answer).unwrap_or_default();
                 if let Err(e) = client.publish(reply, Bytes::from(payload)).await {
                     tracing::warn!(error = %e, "cannot send tool reply");
@@ -89,7 +133,27 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     Ok(())
 }
 
-async fn handle(settings: &Settings, payload: &[u8]) -> ToolExecReply {
+fn report(sandbox: &Sandbox) {
+    match (&sandbox.unavailable, &sandbox.files_unavailable) {
+        (None, None) => tracing::info!(
+            run_as = ?sandbox.run_as,
+            cgroups = sandbox.cgroups.is_some(),
+            "sandbox ready: bubblewrap for programs, Landlock for file tools"
+        ),
+        (programs, files) => tracing::error!(
+            programs = programs.as_deref().unwrap_or("ok"),
+            files = files.as_deref().unwrap_or("ok"),
+            "sandbox incomplete: the affected tools will refuse to run (fail closed)"
+        ),
+    }
+}
+
+async fn handle(
+    settings: &Settings,
+    toolbox: &Toolbox,
+    running: &Running,
+    payload: &[u8],
+) -> ToolExecReply {
     let request: ToolExecRequest = match serde_json::from_slice(payload) {
         Ok(request) => request,
         Err(e) => {
@@ -102,18 +166,42 @@ async fn handle(settings: &Settings, payload: &[u8]) -> ToolExecReply {
     let span = tracing::Span::current();
     span.record("tool", request.tool.as_str());
     span.record("task_id", tracing::field::display(request.task_id));
-    let root = settings.workspaces_dir.clone();
-    let limits = Limits {
-        max_read_bytes: settings.max_read_bytes,
-        max_output_bytes: settings.max_output_bytes,
+    let workspace = match Workspace::open(
+        &settings.workspaces_dir,
+        request.task_id,
+        toolbox.sandbox.run_as,
+    ) {
+        Ok(workspace) => workspace,
+        Err(e) => {
+            return ToolExecReply {
+                ok: false,
+                output: format!("cannot open the task workspace: {e}"),
+            };
+        }
     };
-    let result = tokio::task::spawn_blocking(move || {
-        let workspace = Workspace::open(&root, request.task_id)
-            .map_err(|e| format!("cannot open the task workspace: {e}"))?;
-        tools::execute(&workspace, &request.tool, request.arguments, limits)
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("tool crashed: {e}")));
+    let cancel = running
+        .lock()
+        .expect("lock")
+        .entry(request.job_id)
+        .or_default()
+        .clone();
+    let call = Call {
+        tool: request.tool,
+        arguments: request.arguments,
+        workspace,
+        limits: tools::Limits {
+            max_read_bytes: settings.max_read_bytes,
+            max_output_bytes: settings.limits.max_output_bytes,
+        },
+        timeout: std::time::Duration::from_millis(request.timeout_ms).min(settings.max_timeout),
+        network: request.network,
+        allowed_hosts: request.allowed_hosts,
+        operation_id: request.operation_id,
+    };
+    let result = toolbox.execute(call, &cancel).await;
+    if cancel.is_cancelled() {
+        running.lock().expect("lock").remove(&request.job_id);
+    }
     match result {
         Ok(output) => ToolExecReply { ok: true, output },
         Err(output) => {

@@ -26,10 +26,16 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// `<root>/<task_id>`, created if missing.
-    pub fn open(root: &Path, task_id: TaskId) -> io::Result<Self> {
+    /// `<root>/<task_id>`, created if missing and owned by `owner` (the sandbox user) when
+    /// given, so sandboxed programs can write in it.
+    pub fn open(root: &Path, task_id: TaskId, owner: Option<(u32, u32)>) -> io::Result<Self> {
         let dir = root.join(task_id.to_string());
-        std::fs::create_dir_all(&dir)?;
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir)?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
+            }
+        }
         Ok(Self {
             root: dir.canonicalize()?,
         })
@@ -97,7 +103,7 @@ mod tests {
 
     fn workspace() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ws = Workspace::open(dir.path(), TaskId::new()).expect("open");
+        let ws = Workspace::open(dir.path(), TaskId::new(), None).expect("open");
         (dir, ws)
     }
 

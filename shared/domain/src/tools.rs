@@ -61,45 +61,105 @@ fn spec(name: &str, description: &str, parameters: Value, idempotency: Idempoten
     }
 }
 
-/// The file tools the tool-runner executes, in the order they are offered.
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+}
+
+/// The built-in tools the tool-runner executes, in the order they are offered.
 pub fn builtin_tools() -> Vec<ToolSpec> {
+    let path = json!({"type": "string", "description": "Path relative to the workspace root."});
     vec![
         spec(
             "read_file",
             "Read a UTF-8 text file from the task workspace.",
-            json!({
-                "type": "object",
-                "properties": {"path": {"type": "string", "description": "Path relative to the workspace root."}},
-                "required": ["path"],
-                "additionalProperties": false
-            }),
+            object(json!({"path": path}), &["path"]),
             Idempotency::ReadOnly,
         ),
         spec(
             "write_file",
             "Create or overwrite a UTF-8 text file in the task workspace; parent directories are created.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "Path relative to the workspace root."},
-                    "content": {"type": "string", "description": "The whole new content of the file."}
-                },
-                "required": ["path", "content"],
-                "additionalProperties": false
-            }),
+            object(
+                json!({"path": path, "content": {"type": "string", "description": "The whole new content of the file."}}),
+                &["path", "content"],
+            ),
+            Idempotency::Idempotent,
+        ),
+        spec(
+            "edit_file",
+            "Replace one exact occurrence of `old` with `new` in a file of the task workspace. `old` must occur exactly once.",
+            object(
+                json!({
+                    "path": path,
+                    "old": {"type": "string", "description": "The exact text to replace; it must occur once."},
+                    "new": {"type": "string", "description": "The replacement text."}
+                }),
+                &["path", "old", "new"],
+            ),
             Idempotency::Idempotent,
         ),
         spec(
             "list_files",
             "List the files and directories under a directory of the task workspace, recursively.",
-            json!({
-                "type": "object",
-                "properties": {"path": {"type": "string", "description": "Directory relative to the workspace root; default is the root."}},
-                "additionalProperties": false
-            }),
+            object(
+                json!({"path": {"type": "string", "description": "Directory relative to the workspace root; default is the root."}}),
+                &[],
+            ),
             Idempotency::ReadOnly,
         ),
+        spec(
+            "glob",
+            "List the workspace files whose paths match a glob pattern such as `src/**/*.rs`.",
+            object(
+                json!({"pattern": {"type": "string", "description": "A glob relative to the workspace root."}}),
+                &["pattern"],
+            ),
+            Idempotency::ReadOnly,
+        ),
+        spec(
+            "grep",
+            "Search the workspace's text files for lines matching a regular expression; answers `path:line: text`.",
+            object(
+                json!({
+                    "pattern": {"type": "string", "description": "A regular expression (Rust syntax)."},
+                    "path": {"type": "string", "description": "A file or directory to search; default is the root."},
+                    "glob": {"type": "string", "description": "Only search files whose paths match this glob."}
+                }),
+                &["pattern"],
+            ),
+            Idempotency::ReadOnly,
+        ),
+        spec(
+            "shell",
+            "Run a shell command (sh -c) in the task workspace, sandboxed: no network unless granted, limited time, memory and output. Answers the exit code, stdout and stderr.",
+            object(
+                json!({
+                    "command": {"type": "string", "description": "The command line."},
+                    "timeout_s": {"type": "integer", "minimum": 1, "description": "Time limit in seconds (capped by the tool-runner)."}
+                }),
+                &["command"],
+            ),
+            Idempotency::SideEffecting,
+        ),
+        spec(
+            "http_fetch",
+            "Make an HTTP request (needs network access granted by the workspace policy). Answers the status, headers and body (truncated).",
+            object(
+                json!({
+                    "url": {"type": "string", "description": "An absolute http or https URL."},
+                    "method": {"type": "string", "enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "body": {"type": "string"}
+                }),
+                &["url"],
+            ),
+            Idempotency::SideEffecting,
+        ),
     ]
+}
+
+/// Whether a built-in tool changes files in the workspace (needs the `edit` permission).
+pub fn edits_files(name: &str) -> bool {
+    matches!(name, "write_file" | "edit_file" | "shell")
 }
 
 /// The `complete` tool: ends the movement with a result.
@@ -129,6 +189,12 @@ pub struct ToolExecRequest {
     pub tool: String,
     pub arguments: Value,
     pub timeout_ms: u64,
+    /// The workspace policy grants network access to this call.
+    #[serde(default)]
+    pub network: bool,
+    /// Hosts `http_fetch` may reach when network is granted (empty: any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The tool-runner's answer. A tool that failed is still an answer (`ok = false`, the model
@@ -151,6 +217,18 @@ mod tests {
         };
         assert_eq!(render(), render());
         let names: Vec<String> = builtin_tools().into_iter().map(|t| t.name).collect();
-        assert_eq!(names, ["read_file", "write_file", "list_files"]);
+        assert_eq!(
+            names,
+            [
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_files",
+                "glob",
+                "grep",
+                "shell",
+                "http_fetch"
+            ]
+        );
     }
 }

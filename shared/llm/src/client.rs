@@ -64,6 +64,8 @@ pub struct LlmClient {
 
 impl LlmClient {
     pub fn new(config: LlmConfig) -> Result<Self, LlmError> {
+        // reqwest is built without a default TLS provider; install ring's (once per process).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)

@@ -9,6 +9,7 @@
 //! | `<p>.events.<task_id>.<kind>` | persisted events, from the outbox (stream `<P>_EVENTS`) |
 //! | `<p>.deltas.<task_id>.<job_id>` | live message fragments (stream `<P>_DELTAS`, short retention) |
 //! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
+//! | `<p>.tools.cancel` | stop a job's running tool calls (core NATS, every tool-runner) |
 //! | `<p>.notify.<type>` | notifications such as `task.succeeded` (stream `<P>_NOTIFY`) |
 //! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
 
@@ -95,6 +96,11 @@ impl Subjects {
     /// `<p>.tools.exec`
     pub fn tools_exec(&self) -> String {
         format!("{}.tools.exec", self.prefix)
+    }
+
+    /// `<p>.tools.cancel`: `{"job_id": ...}` stops every tool call of the job.
+    pub fn tools_cancel(&self) -> String {
+        format!("{}.tools.cancel", self.prefix)
     }
 
     /// `<p>.notify.<type>`, e.g. `maestro.notify.task.succeeded`.

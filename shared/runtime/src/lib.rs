@@ -25,6 +25,13 @@ pub fn announce_ready(service: &str, addr: Option<SocketAddr>) {
     let _ = out.flush();
 }
 
+/// An HTTP client builder, with the TLS crypto provider installed first (reqwest is built
+/// without a default provider; building a client without one panics).
+pub fn http_client() -> reqwest::ClientBuilder {
+    init_process();
+    reqwest::Client::builder()
+}
+
 /// Process-wide set-up every binary needs before doing I/O: the TLS crypto provider.
 pub fn init_process() {
     // Only fails when a provider is already installed, which is fine.

@@ -34,6 +34,7 @@ pub fn unique(prefix: &str) -> String {
 
 /// An HTTP client for tests (installs the TLS crypto provider reqwest needs first).
 pub fn http_client() -> reqwest::Client {
-    maestro_runtime::init_process();
-    reqwest::Client::new()
+    maestro_runtime::http_client()
+        .build()
+        .expect("an HTTP client")
 }

@@ -106,6 +106,8 @@ impl JobRun<'_> {
             tool: spec.name.clone(),
             arguments,
             timeout_ms: self.shared.settings.tool_timeout.as_millis() as u64,
+            network: false,
+            allowed_hosts: Vec::new(),
         };
         let subject = self.shared.subjects.tools_exec();
         let reply = tool_client::execute(

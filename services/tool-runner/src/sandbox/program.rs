@@ -1,0 +1,288 @@
+//! Running one program under bubblewrap with limits, capturing bounded output, and killing
+//! the whole process tree on timeout, cancellation or runaway output.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use super::Sandbox;
+use super::cgroup::CallCgroups;
+
+/// System directories that may be symlinks into `/usr` (merged /usr) or real directories.
+const SYSTEM_DIRS: [&str; 6] = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+/// The parts of `/etc` programs need; never shadow files or keys.
+const ETC_ENTRIES: [&str; 14] = [
+    "/etc/alternatives",
+    "/etc/ca-certificates",
+    "/etc/ssl",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/mime.types",
+    "/etc/python3.11",
+];
+/// Output beyond this many times the kept amount stops the program.
+const RUNAWAY_FACTOR: usize = 16;
+
+/// One program to run.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The task's workspace, mounted read-write at `/workspace` (the working directory).
+    pub workspace: PathBuf,
+    pub argv: Vec<String>,
+    /// Extra environment (the rest is scrubbed).
+    pub env: Vec<(String, String)>,
+    pub network: bool,
+    pub timeout: Duration,
+    /// Written to the program's stdin, then closed.
+    pub stdin: Option<Vec<u8>>,
+}
+
+/// How the program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this code (128 + n when killed by signal n, as a shell reports it).
+    Code(i32),
+    TimedOut,
+    /// It produced far more output than is kept, and was stopped.
+    RunawayOutput,
+    Cancelled,
+}
+
+/// What a program did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramOutput {
+    pub exit: Exit,
+    pub stdout: String,
+    pub stderr: String,
+    /// Bytes of stdout and stderr produced but not kept.
+    pub dropped: usize,
+    pub memory_exceeded: bool,
+}
+
+/// Why a program could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    #[error("the sandbox is unavailable on this host: {0}")]
+    Unavailable(String),
+    #[error("cannot start the sandboxed program: {0}")]
+    Spawn(String),
+}
+
+impl Sandbox {
+    /// Run a program in the sandbox until it exits, times out or `cancel` fires.
+    pub async fn run(
+        &self,
+        invocation: &Invocation,
+        cancel: &CancellationToken,
+    ) -> Result<ProgramOutput, ProgramError> {
+        if let Some(reason) = &self.unavailable {
+            return Err(ProgramError::Unavailable(reason.clone()));
+        }
+        let name = format!("call-{}", uuid::Uuid::new_v4().simple());
+        let cgroups = match &self.cgroups {
+            Some(cg) => Some(
+                cg.create(&name, self.limits.max_processes, self.limits.memory_bytes)
+                    .map_err(|e| ProgramError::Spawn(format!("cannot create cgroups: {e}")))?,
+            ),
+            None => None,
+        };
+        let mut command = self.command(invocation, cgroups.as_ref());
+        command
+            .stdin(if invocation.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|e| ProgramError::Spawn(e.to_string()))?;
+        if let (Some(data), Some(mut stdin)) = (invocation.stdin.clone(), child.stdin.take()) {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = stdin.write_all(&data).await;
+            });
+        }
+        let keep = self.limits.max_output_bytes;
+        let runaway = CancellationToken::new();
+        let stdout = tokio::spawn(read_capped(child.stdout.take(), keep, runaway.clone()));
+        let stderr = tokio::spawn(read_capped(child.stderr.take(), keep, runaway.clone()));
+        let exit = tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => Exit::Code(exit_code(status)),
+                Err(e) => return Err(ProgramError::Spawn(e.to_string())),
+            },
+            _ = tokio::time::sleep(invocation.timeout) => Exit::TimedOut,
+            _ = cancel.cancelled() => Exit::Cancelled,
+            _ = runaway.cancelled() => Exit::RunawayOutput,
+        };
+        if !matches!(exit, Exit::Code(_)) {
+            // bubblewrap's death takes the sandbox's init with it, and with the init the
+            // kernel kills every process left in the PID namespace.
+            let _ = child.kill().await;
+        }
+        let memory_exceeded = cgroups.as_ref().is_some_and(CallCgroups::memory_exceeded);
+        drop(cgroups);
+        let (stdout, out_dropped) = stdout.await.unwrap_or_default();
+        let (stderr, err_dropped) = stderr.await.unwrap_or_default();
+        Ok(ProgramOutput {
+            exit,
+            stdout,
+            stderr,
+            dropped: out_dropped + err_dropped,
+            memory_exceeded,
+        })
+    }
+
+    /// `[sh (join cgroups) →] [setpriv (drop to the sandbox user) →] prlimit → bwrap → program`.
+    fn command(&self, invocation: &Invocation, cgroups: Option<&CallCgroups>) -> Command {
+        let mut argv: Vec<String> = Vec::new();
+        if let Some(cg) = cgroups {
+            // Join the call's cgroups first, so every process the program starts is in them.
+            argv.extend([
+                "sh".to_owned(),
+                "-c".to_owned(),
+                r#"echo $$ > "$1/cgroup.procs" && echo $$ > "$2/cgroup.procs" || exit 97; shift 2; exec "$@""#
+                    .to_owned(),
+                "maestro-sandbox".to_owned(),
+                cg.pids.display().to_string(),
+                cg.memory.display().to_string(),
+            ]);
+        }
+        if let Some((uid, gid)) = self.run_as {
+            argv.extend([
+                "setpriv".to_owned(),
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".to_owned(),
+            ]);
+        }
+        let limits = &self.limits;
+        argv.push("prlimit".to_owned());
+        argv.push(format!("--cpu={0}:{0}", limits.cpu_seconds));
+        argv.push(format!("--nofile={0}:{0}", limits.max_open_files));
+        argv.push(format!("--fsize={0}:{0}", limits.max_file_bytes));
+        if cgroups.is_none() {
+            argv.push(format!("--nproc={0}:{0}", limits.max_processes));
+            argv.push(format!("--as={0}:{0}", limits.memory_bytes));
+        }
+        argv.push("--".to_owned());
+        argv.push(self.bwrap.display().to_string());
+        argv.extend(self.bwrap_args(invocation));
+        let mut command = Command::new(&argv[0]);
+        // Nothing of the tool-runner leaks in: not its environment, not its working directory.
+        command
+            .args(&argv[1..])
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .current_dir("/");
+        command
+    }
+
+    fn bwrap_args(&self, invocation: &Invocation) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        if invocation.network {
+            args.push("--share-net".to_owned());
+        }
+        args.extend(["--ro-bind", "/usr", "/usr"].map(str::to_owned));
+        for dir in SYSTEM_DIRS {
+            let path = Path::new(dir);
+            match std::fs::read_link(path) {
+                Ok(target) => args.extend([
+                    "--symlink".to_owned(),
+                    target.display().to_string(),
+                    dir.to_owned(),
+                ]),
+                Err(_) if path.is_dir() => {
+                    args.extend(["--ro-bind".to_owned(), dir.to_owned(), dir.to_owned()])
+                }
+                Err(_) => {}
+            }
+        }
+        let extra = self.extra_ro_paths.iter().map(|p| p.display().to_string());
+        for path in ETC_ENTRIES.iter().map(|p| p.to_string()).chain(extra) {
+            if Path::new(&path).exists() {
+                args.extend(["--ro-bind".to_owned(), path.clone(), path]);
+            }
+        }
+        args.extend(
+            [
+                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind",
+            ]
+            .map(str::to_owned),
+        );
+        args.push(invocation.workspace.display().to_string());
+        args.extend(["/workspace", "--chdir", "/workspace", "--clearenv"].map(str::to_owned));
+        let base = [
+            ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            ("HOME", "/workspace"),
+            ("TMPDIR", "/tmp"),
+            ("LANG", "C.UTF-8"),
+        ];
+        let base = base.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        for (key, value) in base.chain(invocation.env.iter().cloned()) {
+            args.extend(["--setenv".to_owned(), key, value]);
+        }
+        args.push("--".to_owned());
+        args.extend(invocation.argv.iter().cloned());
+        args
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Keep the first `keep` bytes; count the rest; fire `runaway` past `keep × RUNAWAY_FACTOR`.
+async fn read_capped(
+    reader: Option<impl AsyncRead + Unpin>,
+    keep: usize,
+    runaway: CancellationToken,
+) -> (String, usize) {
+    let Some(mut reader) = reader else {
+        return (String::new(), 0);
+    };
+    let mut kept = Vec::new();
+    let mut total = 0usize;
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        match reader.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = keep.saturating_sub(kept.len());
+                kept.extend_from_slice(&buffer[..n.min(room)]);
+                total += n;
+                if total > keep.saturating_mul(RUNAWAY_FACTOR) {
+                    runaway.cancel();
+                    break;
+                }
+            }
+        }
+    }
+    let dropped = total - kept.len();
+    (String::from_utf8_lossy(&kept).into_owned(), dropped)
+}

@@ -1,0 +1,370 @@
+//! The file tools: `read_file`, `write_file`, `edit_file`, `list_files`, `glob`. They run on a
+//! Landlock-confined thread (see `sandbox::confined`); the path checks here only make the
+//! errors clear.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Limits, parse};
+use crate::workspace::Workspace;
+
+/// Most entries `list_files` and `glob` return.
+const MAX_LISTED: usize = 2000;
+
+/// Run a file tool. `owner` is the sandbox user that must own what is created, so sandboxed
+/// programs can change it later.
+pub fn execute(
+    workspace: &Workspace,
+    tool: &str,
+    arguments: Value,
+    limits: Limits,
+    owner: Option<(u32, u32)>,
+) -> Result<String, String> {
+    match tool {
+        "read_file" => read_file(workspace, parse(arguments)?, limits),
+        "write_file" => write_file(workspace, parse(arguments)?, owner),
+        "edit_file" => edit_file(workspace, parse(arguments)?, owner),
+        "list_files" => list_files(workspace, parse(arguments)?),
+        "glob" => glob(workspace, parse(arguments)?),
+        other => Err(format!("unknown tool {other:?}")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    old: String,
+    new: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GlobArgs {
+    pattern: String,
+}
+
+fn read_file(ws: &Workspace, args: PathArgs, limits: Limits) -> Result<String, String> {
+    let path = ws.resolve(&args.path).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(&path).map_err(|e| io_error(&args.path, e))?;
+    let total = bytes.len();
+    let shown = &bytes[..total.min(limits.max_read_bytes)];
+    let text = match std::str::from_utf8(shown) {
+        Ok(text) => text.to_owned(),
+        // A cut in the middle of a character is fine; anything else is binary.
+        Err(e) if total > limits.max_read_bytes && e.error_len().is_none() => {
+            String::from_utf8_lossy(&shown[..e.valid_up_to()]).into_owned()
+        }
+        Err(_) => return Err(format!("{} is not UTF-8 text", args.path)),
+    };
+    if total > limits.max_read_bytes {
+        Ok(format!(
+            "{text}\n[truncated: the file has {total} bytes; the first {} are shown]",
+            text.len()
+        ))
+    } else {
+        Ok(text)
+    }
+}
+
+/// Write `content` beside the target and rename it into place, so a crash never leaves half a
+/// file and writing the same content again leaves the same result.
+fn replace_file(
+    ws: &Workspace,
+    relative: &str,
+    content: &str,
+    owner: Option<(u32, u32)>,
+) -> Result<(), String> {
+    let path = ws.resolve(relative).map_err(|e| e.to_string())?;
+    if path == ws.root() {
+        return Err("path names the workspace root; give a file path".to_owned());
+    }
+    if let Some(parent) = path.parent() {
+        create_dirs(ws, parent, owner).map_err(|e| io_error(relative, e))?;
+    }
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!(".{name}.maestro-tmp"));
+    std::fs::write(&tmp, content.as_bytes()).map_err(|e| io_error(relative, e))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(&tmp, Some(uid), Some(gid)).map_err(|e| io_error(relative, e))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(|e| io_error(relative, e))
+}
+
+/// Create missing directories down to `dir`, owned by the sandbox user.
+fn create_dirs(ws: &Workspace, dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    if dir.exists() || dir == ws.root() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs(ws, parent, owner)?;
+    }
+    std::fs::create_dir(dir)?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
+    }
+    Ok(())
+}
+
+fn write_file(
+    ws: &Workspace,
+    args: WriteArgs,
+    owner: Option<(u32, u32)>,
+) -> Result<String, String> {
+    replace_file(ws, &args.path, &args.content, owner)?;
+    Ok(format!(
+        "wrote {} bytes to {}",
+        args.content.len(),
+        args.path
+    ))
+}
+
+/// Exact replacement of a unique occurrence. Repeating an edit that was already applied
+/// (`old` gone, `new` present once) reports it as done rather than failing, so the tool is
+/// idempotent.
+fn edit_file(ws: &Workspace, args: EditArgs, owner: Option<(u32, u32)>) -> Result<String, String> {
+    if args.old.is_empty() {
+        return Err("`old` must not be empty".to_owned());
+    }
+    let path = ws.resolve(&args.path).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
+    match text.matches(args.old.as_str()).count() {
+        1 => {
+            let edited = text.replacen(args.old.as_str(), &args.new, 1);
+            replace_file(ws, &args.path, &edited, owner)?;
+            Ok(format!("edited {}: replaced 1 occurrence", args.path))
+        }
+        0 if !args.new.is_empty() && text.matches(args.new.as_str()).count() == 1 => Ok(format!(
+            "edited {}: the replacement is already in place",
+            args.path
+        )),
+        0 => Err(format!("`old` does not occur in {}", args.path)),
+        n => Err(format!(
+            "`old` occurs {n} times in {}; give more context so it occurs once",
+            args.path
+        )),
+    }
+}
+
+fn list_files(ws: &Workspace, args: ListArgs) -> Result<String, String> {
+    let given = args.path.unwrap_or_else(|| ".".to_owned());
+    let dir = ws.resolve(&given).map_err(|e| e.to_string())?;
+    let mut entries = Vec::new();
+    walk(&dir, &dir, &mut entries).map_err(|e| io_error(&given, e))?;
+    Ok(listing(entries))
+}
+
+fn glob(ws: &Workspace, args: GlobArgs) -> Result<String, String> {
+    let matcher = globset::GlobBuilder::new(&args.pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| format!("invalid glob: {e}"))?
+        .compile_matcher();
+    let mut entries = Vec::new();
+    walk(ws.root(), ws.root(), &mut entries).map_err(|e| io_error(".", e))?;
+    entries.retain(|e| !e.ends_with('/') && matcher.is_match(e));
+    Ok(listing(entries))
+}
+
+fn listing(mut entries: Vec<String>) -> String {
+    entries.sort();
+    let truncated = entries.len() > MAX_LISTED;
+    entries.truncate(MAX_LISTED);
+    let mut out = String::new();
+    if entries.is_empty() {
+        out.push_str("(nothing)");
+    }
+    for entry in &entries {
+        let _ = writeln!(out, "{entry}");
+    }
+    if truncated {
+        let _ = writeln!(out, "[truncated: more than {MAX_LISTED} entries]");
+    }
+    out
+}
+
+/// Every file (`path`) and directory (`path/`) below `dir`, relative to `base`. Symlinks are
+/// listed, never followed.
+pub(super) fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_string_lossy().ends_with(".maestro-tmp") {
+            continue;
+        }
+        let path = entry.path();
+        let relative = path
+            .strip_prefix(base)
+            .unwrap_or(&path)
+            .to_string_lossy()
+            .into_owned();
+        if entry.file_type()?.is_dir() {
+            out.push(format!("{relative}/"));
+            if out.len() <= MAX_LISTED {
+                walk(base, &path, out)?;
+            }
+        } else {
+            out.push(relative);
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn io_error(path: &str, e: std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!("{path}: no such file or directory"),
+        std::io::ErrorKind::IsADirectory => format!("{path} is a directory"),
+        std::io::ErrorKind::NotADirectory => format!("{path}: not a directory"),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{path}: permission denied (outside the sandbox?)")
+        }
+        _ => format!("{path}: {e}"),
+    }
+}
+
+/// Cut `output` to at most `max` bytes (on a character boundary), saying so.
+pub(super) fn truncate(mut output: String, max: usize) -> String {
+    if output.len() <= max {
+        return output;
+    }
+    let mut cut = max;
+    while !output.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let total = output.len();
+    output.truncate(cut);
+    let _ = write!(output, "\n[truncated: output was {total} bytes]");
+    output
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maestro_domain::TaskId;
+    use serde_json::json;
+
+    const LIMITS: Limits = Limits {
+        max_read_bytes: 16,
+        max_output_bytes: 1024,
+    };
+
+    fn run(ws: &Workspace, tool: &str, args: Value) -> Result<String, String> {
+        execute(ws, tool, args, LIMITS, None)
+    }
+
+    #[test]
+    fn files_are_written_read_edited_listed_and_globbed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::open(dir.path(), TaskId::new(), None).expect("open");
+        let wrote = run(
+            &ws,
+            "write_file",
+            json!({"path": "notes/a.txt", "content": "hello"}),
+        );
+        assert_eq!(wrote, Ok("wrote 5 bytes to notes/a.txt".to_owned()));
+        assert_eq!(
+            run(&ws, "read_file", json!({"path": "notes/a.txt"})),
+            Ok("hello".into())
+        );
+        assert_eq!(
+            run(&ws, "list_files", json!({})),
+            Ok("notes/\nnotes/a.txt\n".into())
+        );
+        let edit = json!({"path": "notes/a.txt", "old": "hello", "new": "goodbye"});
+        assert!(
+            run(&ws, "edit_file", edit.clone())
+                .expect("edit")
+                .contains("replaced 1")
+        );
+        assert!(
+            run(&ws, "edit_file", edit)
+                .expect("again")
+                .contains("already in place"),
+            "edits are idempotent"
+        );
+        assert_eq!(
+            run(&ws, "read_file", json!({"path": "notes/a.txt"})),
+            Ok("goodbye".into())
+        );
+        run(
+            &ws,
+            "write_file",
+            json!({"path": "src/x.rs", "content": "fn main() {}"}),
+        )
+        .expect("write");
+        assert_eq!(
+            run(&ws, "glob", json!({"pattern": "**/*.rs"})),
+            Ok("src/x.rs\n".into())
+        );
+        assert_eq!(
+            run(&ws, "glob", json!({"pattern": "*.rs"})),
+            Ok("(nothing)".into()),
+            "* stays in one directory"
+        );
+        let long = "x".repeat(40);
+        run(
+            &ws,
+            "write_file",
+            json!({"path": "long.txt", "content": long}),
+        )
+        .expect("write");
+        let read = run(&ws, "read_file", json!({"path": "long.txt"})).expect("read");
+        assert!(
+            read.starts_with(&"x".repeat(16)) && read.contains("[truncated"),
+            "{read}"
+        );
+    }
+
+    #[test]
+    fn bad_calls_get_errors_the_model_can_act_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::open(dir.path(), TaskId::new(), None).expect("open");
+        run(&ws, "write_file", json!({"path": "a.txt", "content": "aa"})).expect("write");
+        let err = |tool, args| run(&ws, tool, args).expect_err("should fail");
+        assert!(err("read_file", json!({"path": "missing"})).contains("no such file"));
+        assert!(
+            err("read_file", json!({"path": "../../etc/passwd"})).contains("outside the workspace")
+        );
+        assert!(err("write_file", json!({"path": "/tmp/x", "content": ""})).contains("absolute"));
+        assert!(err("write_file", json!({"path": "a"})).contains("invalid arguments"));
+        assert!(
+            err(
+                "edit_file",
+                json!({"path": "a.txt", "old": "a", "new": "b"})
+            )
+            .contains("occurs 2 times")
+        );
+        assert!(
+            err(
+                "edit_file",
+                json!({"path": "a.txt", "old": "z", "new": "b"})
+            )
+            .contains("does not occur")
+        );
+        assert!(err("glob", json!({"pattern": "[["})).contains("invalid glob"));
+        assert!(err("rm", json!({})).contains("unknown tool"));
+    }
+}

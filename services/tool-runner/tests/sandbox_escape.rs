@@ -1,0 +1,399 @@
+//! The sandbox escape suite: each case tries to get out of the sandbox and asserts it stayed
+//! contained — reading secrets or files outside the workspace (directly, through `..` and
+//! through symlinks), writing outside it, reaching a listener on the host's loopback, a fork
+//! bomb, a memory hog, a CPU spinner, endless output, a sleeper past its time limit, and a
+//! child that outlives its parent. Real bubblewrap, real Landlock, real processes.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use maestro_domain::TaskId;
+use maestro_tool_runner::sandbox::{self, Limits, Sandbox};
+use maestro_tool_runner::tools::{self, Call, Toolbox};
+use maestro_tool_runner::workspace::Workspace;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+struct Harness {
+    toolbox: Toolbox,
+    workspace: Workspace,
+    _dir: tempfile::TempDir,
+}
+
+async fn harness() -> Harness {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limits = Limits {
+        cpu_seconds: 2,
+        memory_bytes: 256 * 1024 * 1024,
+        max_processes: 64,
+        max_open_files: 64,
+        max_file_bytes: 16 * 1024 * 1024,
+        max_output_bytes: 64 * 1024,
+    };
+    let sandbox = Sandbox::detect(
+        "bwrap".into(),
+        limits,
+        (65534, 65534),
+        Vec::new(),
+        &dir.path().join(".probe"),
+    )
+    .await;
+    assert_eq!(
+        sandbox.unavailable, None,
+        "bubblewrap works here (install the bubblewrap package)"
+    );
+    assert_eq!(sandbox.files_unavailable, None, "Landlock works here");
+    let workspace = Workspace::open(dir.path(), TaskId::new(), sandbox.run_as).expect("workspace");
+    let toolbox = Toolbox {
+        sandbox,
+        http: maestro_runtime::http_client().build().expect("client"),
+    };
+    Harness {
+        toolbox,
+        workspace,
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    async fn call(
+        &self,
+        tool: &str,
+        arguments: Value,
+        network: bool,
+        timeout: Duration,
+    ) -> Result<String, String> {
+        let call = Call {
+            tool: tool.to_owned(),
+            arguments,
+            workspace: self.workspace.clone(),
+            limits: tools::Limits {
+                max_read_bytes: 64 * 1024,
+                max_output_bytes: 64 * 1024,
+            },
+            timeout,
+            network,
+            allowed_hosts: Vec::new(),
+            operation_id: "op-test".to_owned(),
+        };
+        self.toolbox.execute(call, &CancellationToken::new()).await
+    }
+
+    async fn shell(&self, command: &str) -> Result<String, String> {
+        self.call(
+            "shell",
+            json!({"command": command}),
+            false,
+            Duration::from_secs(20),
+        )
+        .await
+    }
+}
+
+fn text(result: &Result<String, String>) -> &str {
+    match result {
+        Ok(text) | Err(text) => text,
+    }
+}
+
+/// Whether a process whose command line contains `marker` is running on the host.
+fn running(marker: &str) -> bool {
+    std::process::Command::new("pgrep")
+        .args(["-f", marker])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty())
+}
+
+#[tokio::test]
+async fn secrets_and_files_outside_the_workspace_cannot_be_read() {
+    let h = harness().await;
+    let shadow = h.shell("cat /etc/shadow").await;
+    assert!(
+        shadow.is_err() && text(&shadow).contains("No such file"),
+        "{shadow:?}"
+    );
+    let home = h
+        .shell("ls /root /home /var 2>&1; cat /proc/1/environ 2>&1")
+        .await;
+    assert!(
+        text(&home).contains("cannot access '/root'"),
+        "the host's directories are not there: {home:?}"
+    );
+    assert!(
+        !text(&home).contains("CARGO") && !text(&home).contains("/work"),
+        "nothing of the tool-runner's environment reaches the sandbox, not even its init's: {home:?}"
+    );
+    for path in ["../../../etc/shadow", "/etc/shadow"] {
+        let read = h
+            .call(
+                "read_file",
+                json!({"path": path}),
+                false,
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(read.is_err(), "{path}: {read:?}");
+    }
+    h.shell("ln -s /etc/shadow shadow-link && ln -s / root-link")
+        .await
+        .expect("links made inside");
+    for path in ["shadow-link", "root-link/etc/shadow"] {
+        let read = h
+            .call(
+                "read_file",
+                json!({"path": path}),
+                false,
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(
+            read.is_err() && text(&read).contains("outside"),
+            "{path}: {read:?}"
+        );
+    }
+    // Below the path checks, the kernel refuses too: a confined thread cannot open a file
+    // outside its directory even when asked directly.
+    let outside = Path::new("/etc/hostname").to_path_buf();
+    let read = sandbox::confined(h.workspace.root(), move || std::fs::read(&outside))
+        .await
+        .expect("confined thread");
+    assert!(
+        read.is_err(),
+        "Landlock refuses a read outside the workspace"
+    );
+}
+
+#[tokio::test]
+async fn nothing_outside_the_workspace_can_be_written() {
+    let h = harness().await;
+    let marker = format!("/tmp/maestro-escape-{}", uuid::Uuid::new_v4().simple());
+    let system = h.shell("echo pwned > /usr/pwned").await;
+    assert!(
+        system.is_err() && text(&system).contains("Read-only"),
+        "the system is read-only: {system:?}"
+    );
+    // The sandbox's root, /tmp and /etc are its own, thrown away with it.
+    h.shell(&format!("echo pwned > {marker}; echo pwned > /etc/pwned"))
+        .await
+        .expect("private writes");
+    assert!(!Path::new(&marker).exists(), "the host's /tmp is untouched");
+    assert!(
+        !Path::new("/usr/pwned").exists() && !Path::new("/etc/pwned").exists(),
+        "the host's system is untouched"
+    );
+    let escape = h
+        .call(
+            "write_file",
+            json!({"path": "../escape.txt", "content": "x"}),
+            false,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(escape.is_err(), "{escape:?}");
+    assert!(
+        !h.workspace
+            .root()
+            .parent()
+            .expect("parent")
+            .join("escape.txt")
+            .exists()
+    );
+    h.shell("echo inside > ok.txt")
+        .await
+        .expect("the workspace is writable");
+    let read = h
+        .call(
+            "read_file",
+            json!({"path": "ok.txt"}),
+            false,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(
+        read,
+        Ok("inside\n".to_owned()),
+        "file tools and programs share the workspace"
+    );
+}
+
+#[tokio::test]
+async fn the_network_is_closed_unless_granted() {
+    let h = harness().await;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = listener.local_addr().expect("addr").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let connect = format!(
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('connected')\""
+    );
+    let closed = h.shell(&connect).await;
+    assert!(
+        closed.is_err() && !text(&closed).contains("connected"),
+        "{closed:?}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "no connection reached the host's listener"
+    );
+    let args = json!({"command": connect});
+    let granted = h.call("shell", args, true, Duration::from_secs(20)).await;
+    assert!(
+        text(&granted).contains("connected"),
+        "with network granted it connects: {granted:?}"
+    );
+    let fetch = h
+        .call(
+            "http_fetch",
+            json!({"url": format!("http://127.0.0.1:{port}/")}),
+            false,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(text(&fetch).contains("not granted"), "{fetch:?}");
+}
+
+#[tokio::test]
+async fn a_fork_bomb_hits_the_process_limit_and_leaves_nothing_behind() {
+    let h = harness().await;
+    let count = h
+        .shell("python3 -c \"import os,time\nn=0\ntry:\n  while n < 1000:\n    if os.fork() == 0:\n      time.sleep(5432); os._exit(0)\n    n += 1\nexcept OSError as e:\n  print('stopped at', n)\"")
+        .await;
+    let stopped: usize = text(&count)
+        .split("stopped at ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("forking stopped: {count:?}"));
+    assert!(stopped < 100, "at most the process limit (64): {stopped}");
+    let started = Instant::now();
+    let bomb = h
+        .call(
+            "shell",
+            json!({"command": ":(){ :|:& };:"}),
+            false,
+            Duration::from_secs(3),
+        )
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the bomb is stopped in time: {bomb:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !running("sleep 5432") && !running("time.sleep(5432)"),
+        "no forked process survived"
+    );
+}
+
+#[tokio::test]
+async fn memory_and_cpu_hogs_are_stopped() {
+    let h = harness().await;
+    let hog = h
+        .shell("python3 -c \"b = bytearray(2 * 1024**3); print('allocated')\"")
+        .await;
+    assert!(hog.is_err() && !text(&hog).contains("allocated"), "{hog:?}");
+    let started = Instant::now();
+    let spin = h
+        .call(
+            "shell",
+            json!({"command": "python3 -c 'while True: pass'"}),
+            false,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(spin.is_err(), "{spin:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the 2 s CPU limit stopped it, not the 30 s timeout"
+    );
+}
+
+#[tokio::test]
+async fn endless_output_is_cut_and_stopped() {
+    let h = harness().await;
+    let started = Instant::now();
+    let yes = h
+        .call(
+            "shell",
+            json!({"command": "yes maestro"}),
+            false,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped long before the timeout"
+    );
+    let out = text(&yes);
+    assert!(
+        out.contains("too much output") && out.contains("[truncated"),
+        "{}",
+        &out[..200.min(out.len())]
+    );
+    assert!(
+        out.len() < 70 * 1024,
+        "what is kept is bounded: {} bytes",
+        out.len()
+    );
+}
+
+#[tokio::test]
+async fn a_sleeper_past_its_time_and_an_orphaned_child_are_killed() {
+    let h = harness().await;
+    let started = Instant::now();
+    let sleeper = h
+        .call(
+            "shell",
+            json!({"command": "sleep 1000"}),
+            false,
+            Duration::from_secs(2),
+        )
+        .await;
+    assert!(text(&sleeper).contains("ran longer than"), "{sleeper:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!running("sleep 1000"), "the sleeper is gone");
+
+    let orphan = h.shell("(sleep 876 &) ; echo parent done").await;
+    assert!(text(&orphan).contains("parent done"), "{orphan:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !running("sleep 876"),
+        "the child that outlived its parent was killed with the sandbox"
+    );
+}
+
+#[tokio::test]
+async fn the_environment_is_scrubbed() {
+    let h = harness().await;
+    let env = h.shell("env | cut -d= -f1 | sort").await.expect("env");
+    let names: Vec<&str> = env
+        .lines()
+        .skip_while(|l| !l.starts_with("---"))
+        .skip(1)
+        .collect();
+    let allowed = [
+        "HOME",
+        "LANG",
+        "MAESTRO_OPERATION_ID",
+        "PATH",
+        "PWD",
+        "SHLVL",
+        "TMPDIR",
+        "_",
+    ];
+    for name in &names {
+        assert!(
+            allowed.contains(name),
+            "unexpected variable {name} in {names:?}"
+        );
+    }
+    let id = h
+        .shell("id -u; echo $MAESTRO_OPERATION_ID")
+        .await
+        .expect("id");
+    assert!(
+        id.contains("op-test"),
+        "the operation id is passed to the program: {id}"
+    );
+}
