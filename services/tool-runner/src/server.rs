@@ -67,6 +67,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .subscribe(subjects.tools_cancel())
         .await
         .context("subscribe to cancellations")?;
+    let js = async_nats::jetstream::new(client.clone());
+    maestro_messaging::setup::ensure_streams(&js, &subjects, &Default::default()).await?;
+    let outcomes = maestro_messaging::setup::OperationOutcomes::new(js, &subjects);
     client.flush().await.context("flush subscriptions")?;
     maestro_runtime::announce_ready("tool-runner", None);
     tracing::info!(subject = %subjects.tools_exec(), "serving tool calls");
@@ -104,6 +107,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             toolbox.clone(),
             running.clone(),
         );
+        let outcomes = outcomes.clone();
         let span = tracing::info_span!(
             "tool_call",
             tool = tracing::field::Empty,
@@ -112,8 +116,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         maestro_messaging::trace::adopt(&span, message.headers.as_ref());
         in_flight.spawn(
             async move {
-                let answer = handle(&settings, &toolbox, &running, &message.payload).await;
+                let (answer, ledgered) = handle(&settings, &toolbox, &running, &message.payload).await;
                 let payload = serde_json::to_vec(&answer).unwrap_or_default();
+                if let Some(operation_id) = ledgered {
+                    // Recorded before the reply: a worker that never gets the reply can still
+                    // learn that the effect happened, and what it produced.
+                    if let Err(e) = outcomes.record(&operation_id, Bytes::from(payload.clone())).await {
+                        tracing::error!(error = %e, operation_id, "cannot record the operation's outcome");
+                    }
+                }
                 if let Err(e) = client.publish(reply, Bytes::from(payload)).await {
                     tracing::warn!(error = %e, "cannot send tool reply");
                 }
@@ -148,36 +159,26 @@ fn report(sandbox: &Sandbox) {
     }
 }
 
+/// Run one request; the reply, and the operation id when its outcome must be recorded.
 async fn handle(
     settings: &Settings,
     toolbox: &Toolbox,
     running: &Running,
     payload: &[u8],
-) -> ToolExecReply {
+) -> (ToolExecReply, Option<String>) {
+    let refuse = |output: String| (ToolExecReply { ok: false, output }, None);
     let request: ToolExecRequest = match serde_json::from_slice(payload) {
         Ok(request) => request,
-        Err(e) => {
-            return ToolExecReply {
-                ok: false,
-                output: format!("malformed tool request: {e}"),
-            };
-        }
+        Err(e) => return refuse(format!("malformed tool request: {e}")),
     };
+    let ledgered = request.ledgered.then(|| request.operation_id.clone());
     let span = tracing::Span::current();
     span.record("tool", request.tool.as_str());
     span.record("task_id", tracing::field::display(request.task_id));
-    let workspace = match Workspace::open(
-        &settings.workspaces_dir,
-        request.task_id,
-        toolbox.sandbox.run_as,
-    ) {
+    let owner = toolbox.sandbox.run_as;
+    let workspace = match Workspace::open(&settings.workspaces_dir, request.task_id, owner) {
         Ok(workspace) => workspace,
-        Err(e) => {
-            return ToolExecReply {
-                ok: false,
-                output: format!("cannot open the task workspace: {e}"),
-            };
-        }
+        Err(e) => return refuse(format!("cannot open the task workspace: {e}")),
     };
     let cancel = running
         .lock()
@@ -185,14 +186,15 @@ async fn handle(
         .entry(request.job_id)
         .or_default()
         .clone();
+    let limits = tools::Limits {
+        max_read_bytes: settings.max_read_bytes,
+        max_output_bytes: settings.limits.max_output_bytes,
+    };
     let call = Call {
         tool: request.tool,
         arguments: request.arguments,
         workspace,
-        limits: tools::Limits {
-            max_read_bytes: settings.max_read_bytes,
-            max_output_bytes: settings.limits.max_output_bytes,
-        },
+        limits,
         timeout: std::time::Duration::from_millis(request.timeout_ms).min(settings.max_timeout),
         network: request.network,
         allowed_hosts: request.allowed_hosts,
@@ -202,11 +204,12 @@ async fn handle(
     if cancel.is_cancelled() {
         running.lock().expect("lock").remove(&request.job_id);
     }
-    match result {
+    let reply = match result {
         Ok(output) => ToolExecReply { ok: true, output },
         Err(output) => {
             tracing::info!(error = %output, "tool call failed");
             ToolExecReply { ok: false, output }
         }
-    }
+    };
+    (reply, ledgered)
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use maestro_domain::policy::ToolPolicy;
 use maestro_llm::LlmConfig;
 use maestro_runtime::env::CommonSettings;
 use maestro_runtime::{ConfigError, Env};
@@ -33,6 +34,8 @@ pub struct Settings {
     pub retry_max: Duration,
     /// After SIGTERM, how long running jobs may go on before they are handed back.
     pub shutdown_grace: Duration,
+    /// The workspace tool policy (`WORKSPACE_POLICY`, a JSON file; built-in default otherwise).
+    pub policy: ToolPolicy,
 }
 
 impl Settings {
@@ -64,6 +67,20 @@ impl Settings {
             retry_base: env.millis("RETRY_BASE_MS", Duration::from_secs(1))?,
             retry_max: env.millis("RETRY_MAX_MS", Duration::from_secs(60))?,
             shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(20))?,
+            policy: match env.opt("WORKSPACE_POLICY") {
+                None => ToolPolicy::default(),
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path).map_err(|e| {
+                        env.invalid("WORKSPACE_POLICY", format!("cannot read {path}: {e}"))
+                    })?;
+                    serde_json::from_str(&text).map_err(|e| {
+                        env.invalid(
+                            "WORKSPACE_POLICY",
+                            format!("{path} is not a valid policy: {e}"),
+                        )
+                    })?
+                }
+            },
         })
     }
 }

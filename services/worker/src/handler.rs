@@ -111,7 +111,7 @@ impl JobHandler {
         let result = agent::run(&self.deps, &claimed, agent::Delivery { lost, last }).await;
         keeper.abort();
         match result {
-            Ok(JobEnd::Succeeded | JobEnd::Fenced) => Outcome::Done,
+            Ok(JobEnd::Succeeded | JobEnd::Fenced | JobEnd::Paused) => Outcome::Done,
             // The job is settled as failed; the dispatch is terminated and kept as a dead
             // letter with the reason.
             Ok(JobEnd::Failed(reason)) => Outcome::Poison(reason),

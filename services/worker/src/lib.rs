@@ -57,6 +57,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             release.cancel();
         }
     });
+    let operations = setup::OperationOutcomes::new(js.clone(), &subjects);
+    let policy = Arc::new(settings.policy.clone());
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         nats,
@@ -64,6 +66,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         llm,
         settings: Arc::new(settings),
         release,
+        policy,
+        operations,
     }));
     maestro_runtime::announce_ready("worker", None);
     maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;

@@ -5,6 +5,7 @@
 pub mod dead_letters;
 pub mod events;
 pub mod jobs;
+pub mod operations;
 pub mod outbox;
 pub mod tasks;
 pub mod webhooks;

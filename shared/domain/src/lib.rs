@@ -7,6 +7,7 @@ pub mod job;
 pub mod message;
 pub mod notification;
 pub mod piece;
+pub mod policy;
 pub mod stream_id;
 pub mod tools;
 pub mod webhook;

@@ -195,6 +195,10 @@ pub struct ToolExecRequest {
     /// Hosts `http_fetch` may reach when network is granted (empty: any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
+    /// The call is in the operation ledger: record its outcome under `operation_id` before
+    /// replying, so a worker that never gets the reply can still learn it.
+    #[serde(default)]
+    pub ledgered: bool,
 }
 
 /// The tool-runner's answer. A tool that failed is still an answer (`ok = false`, the model

@@ -56,6 +56,7 @@ pub const EVENTS: &str = "EVENTS";
 pub const DELTAS: &str = "DELTAS";
 pub const NOTIFY: &str = "NOTIFY";
 pub const WEBHOOKS: &str = "WEBHOOKS";
+pub const OPERATIONS: &str = "OPERATIONS";
 
 /// Create (or update) every MAESTRO stream.
 pub async fn ensure_streams(
@@ -94,6 +95,13 @@ pub async fn ensure_streams(
             ..Default::default()
         },
         stream::Config {
+            name: subjects.stream(OPERATIONS),
+            subjects: vec![format!("{p}.operations.>")],
+            max_messages_per_subject: 1,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            ..Default::default()
+        },
+        stream::Config {
             name: subjects.stream(WEBHOOKS),
             subjects: vec![subjects.webhook_deliver()],
             retention: stream::RetentionPolicy::WorkQueue,
@@ -111,6 +119,70 @@ pub async fn ensure_streams(
             })?;
     }
     Ok(())
+}
+
+/// Where the tool-runner records the outcome of every ledgered (side-effecting) tool call, so a
+/// worker resuming after a crash can learn whether an effect it started completed: one
+/// message per operation on `<p>.operations.<key>` in the stream `<P>_OPERATIONS` (the last
+/// per subject kept, for 7 days). A plain stream rather than a key-value bucket, so servers
+/// from 2.9 on serve it alike.
+#[derive(Debug, Clone)]
+pub struct OperationOutcomes {
+    js: jetstream::Context,
+    stream: String,
+    prefix: String,
+}
+
+impl OperationOutcomes {
+    pub fn new(js: jetstream::Context, subjects: &Subjects) -> Self {
+        Self {
+            js,
+            stream: subjects.stream(OPERATIONS),
+            prefix: subjects.prefix().to_owned(),
+        }
+    }
+
+    fn subject(&self, operation_id: &str) -> String {
+        let key: String = operation_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{}.operations.{key}", self.prefix)
+    }
+
+    /// Record an outcome (waits until the stream has stored it).
+    pub async fn record(
+        &self,
+        operation_id: &str,
+        outcome: bytes::Bytes,
+    ) -> Result<(), async_nats::Error> {
+        self.js
+            .publish(self.subject(operation_id), outcome)
+            .await?
+            .await?;
+        Ok(())
+    }
+
+    /// The recorded outcome, if any.
+    pub async fn get(&self, operation_id: &str) -> Result<Option<bytes::Bytes>, async_nats::Error> {
+        let stream = self.js.get_stream(&self.stream).await?;
+        match stream
+            .get_last_raw_message_by_subject(&self.subject(operation_id))
+            .await
+        {
+            Ok(message) => Ok(Some(message.payload)),
+            Err(e) if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 /// Settings of a durable pull consumer.

@@ -59,9 +59,9 @@ impl Process {
         let announced = match ready {
             Ok(Ok(Some(announced))) => announced,
             Ok(Ok(None)) | Ok(Err(_)) => {
-                bail!("{name} exited before it was ready; see {}", log.display())
+                bail!("{name} exited before it was ready:\n{}", tail(&log))
             }
-            Err(_) => bail!("{name} was not ready within 30 s; see {}", log.display()),
+            Err(_) => bail!("{name} was not ready within 30 s:\n{}", tail(&log)),
         };
         let addr = announced
             .split_whitespace()
@@ -152,4 +152,12 @@ fn die_with_parent(command: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// The last lines of a log, for an error message (the test's directory is gone by the time
+/// anyone reads it).
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
 }

@@ -137,6 +137,7 @@ impl Stack {
             ("WORKSPACES_DIR", &workspaces.display().to_string()),
             ("LOG_FORMAT", "json"),
             ("RUST_LOG", "info"),
+            ("RUST_BACKTRACE", "0"),
             ("DB_MAX_CONNECTIONS", "4"),
             ("RELAY_POLL_MS", "250"),
             ("REDISPATCH_INTERVAL_MS", "250"),

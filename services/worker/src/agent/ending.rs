@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use maestro_db::jobs::{self, Fence, Transition};
-use maestro_domain::{EventBody, JobStateChange, JobStatus};
+use maestro_domain::{EventBody, JobStateChange, JobStatus, WaitReason};
 use maestro_llm::LlmError;
 use maestro_messaging::backoff::backoff;
 
@@ -140,5 +140,28 @@ impl JobRun<'_> {
             }));
         self.commit(Some(transition)).await?;
         Ok(JobEnd::Released)
+    }
+
+    /// Pause for a person: an operation may or may not have happened.
+    pub(super) async fn pause_side_effect_unknown(
+        &mut self,
+        reason: String,
+    ) -> Result<JobEnd, JobError> {
+        tracing::warn!(%reason, "pausing the job: a side effect's outcome is unknown");
+        let wait = WaitReason::SideEffectUnknown;
+        let transition = Transition {
+            wait_reason: Some(wait),
+            ..Transition::to(JobStatus::WaitingHuman)
+        };
+        self.unsaved.push(state_event(
+            JobStatus::WaitingHuman,
+            self.fence.attempt,
+            |c| {
+                c.wait_reason = Some(wait);
+                c.reason = Some(reason);
+            },
+        ));
+        self.commit(Some(transition)).await?;
+        Ok(JobEnd::Paused)
     }
 }

@@ -15,12 +15,14 @@ mod calls;
 mod ending;
 mod llm;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use maestro_db::jobs::{self, Claimed, Fence, Fenced, Transition};
 use maestro_db::{DbError, PgPool};
 use maestro_domain::piece;
+use maestro_domain::policy::ToolPolicy;
 use maestro_domain::tools::{self, ToolSpec};
 use maestro_domain::{EventBody, Message, MessageEvent, ToolCall, ToolCallEvent, ToolResultEvent};
 use maestro_llm::LlmClient;
@@ -49,6 +51,8 @@ pub enum JobEnd {
     Retry(Duration),
     /// Handed back (`queued`) because the worker is shutting down; dispatch again at once.
     Released,
+    /// Committed as `waiting_human`: a person must act before the job goes on.
+    Paused,
     /// Another attempt holds the job now; this one stopped without writing.
     Fenced,
 }
@@ -74,6 +78,10 @@ pub struct Shared {
     pub settings: Arc<Settings>,
     /// Fires when the shutdown grace period is over: running jobs hand themselves back.
     pub release: CancellationToken,
+    /// The workspace tool policy.
+    pub policy: Arc<ToolPolicy>,
+    /// The tool-runner's record of ledgered operations' outcomes.
+    pub operations: maestro_messaging::setup::OperationOutcomes,
 }
 
 /// How this job was delivered and what can interrupt it.
@@ -100,6 +108,8 @@ pub struct JobRun<'a> {
     last_seq: i64,
     iterations: u32,
     next_generated_id: u32,
+    /// Results of read-only calls since the workspace last changed.
+    cache: HashMap<String, String>,
 }
 
 impl std::fmt::Debug for JobRun<'_> {
@@ -183,6 +193,7 @@ impl<'a> JobRun<'a> {
             last_seq: claim.claim_seq,
             iterations: 0,
             next_generated_id: 1,
+            cache: HashMap::new(),
         }
     }
 

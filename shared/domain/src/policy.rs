@@ -1,0 +1,227 @@
+//! The workspace tool policy: the only source of tool permissions (SPEC §3.5), unioned with
+//! the tools approved within a task. A call the policy does not allow is refused with a tool
+//! error the model reads; nothing runs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tools::{builtin_tools, edits_files};
+
+/// What the tools of a workspace may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolPolicy {
+    /// Tool names allowed; `*` allows every built-in tool, `mcp__<server>__*` every tool of
+    /// an MCP server.
+    #[serde(default = "everything")]
+    pub allowed_tools: Vec<String>,
+    /// Whether tools may change files (`write_file`, `edit_file`, `shell`).
+    #[serde(default = "yes")]
+    pub edit: bool,
+    /// Whether `http_fetch` and programs may use the network.
+    #[serde(default)]
+    pub network: bool,
+    /// With network: the hosts `http_fetch` may reach (empty: any).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Shell commands allowed (patterns with `*`); empty allows any not denied.
+    #[serde(default)]
+    pub command_allow: Vec<String>,
+    /// Shell commands refused (patterns with `*`), checked first.
+    #[serde(default)]
+    pub command_deny: Vec<String>,
+    /// MCP servers of the workspace, by name.
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServer>,
+}
+
+/// A stdio MCP server: the program and its arguments, run in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServer {
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Extra read-only paths the server needs (its installation).
+    #[serde(default)]
+    pub read_only_paths: Vec<String>,
+    /// The server needs a token the user supplies (`mcp_auth_required` until then).
+    #[serde(default)]
+    pub requires_auth: bool,
+}
+
+fn everything() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for ToolPolicy {
+    fn default() -> Self {
+        Self {
+            allowed_tools: everything(),
+            edit: true,
+            network: false,
+            allowed_hosts: Vec::new(),
+            command_allow: Vec::new(),
+            command_deny: Vec::new(),
+            mcp_servers: BTreeMap::new(),
+        }
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters.
+pub fn wildcard(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first)
+        || !text[first.len()..].ends_with(last)
+        || text.len() < first.len() + last.len()
+    {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+impl ToolPolicy {
+    fn names(&self, tool: &str) -> bool {
+        let builtin = builtin_tools().iter().any(|t| t.name == tool);
+        self.allowed_tools
+            .iter()
+            .any(|p| (p == "*" && builtin) || wildcard(p, tool))
+    }
+
+    /// Why `tool` with `arguments` may not run, or `None` when it may. `granted` are tools
+    /// approved within the task, allowed whatever the policy says about their name.
+    pub fn refusal(&self, tool: &str, arguments: &Value, granted: &[String]) -> Option<String> {
+        let approved = granted.iter().any(|g| wildcard(g, tool));
+        if !approved && !self.names(tool) {
+            return Some(format!(
+                "the workspace policy does not allow the tool `{tool}`"
+            ));
+        }
+        if edits_files(tool) && !self.edit && !approved {
+            return Some(format!(
+                "the workspace policy does not allow changing files, so `{tool}` is refused"
+            ));
+        }
+        if tool == "http_fetch" && !self.network {
+            return Some(
+                "the workspace policy does not grant network access, so `http_fetch` is refused"
+                    .to_owned(),
+            );
+        }
+        if tool == "shell" {
+            let command = arguments
+                .get("command")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .trim();
+            if let Some(pattern) = self.command_deny.iter().find(|p| wildcard(p, command)) {
+                return Some(format!(
+                    "the workspace policy refuses commands matching `{pattern}`"
+                ));
+            }
+            if !self.command_allow.is_empty()
+                && !self.command_allow.iter().any(|p| wildcard(p, command))
+            {
+                return Some(
+                    "the workspace policy allows only these commands: ".to_owned()
+                        + &self.command_allow.join(", "),
+                );
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wildcards_match_like_globs_on_one_line() {
+        assert!(wildcard("git *", "git status"));
+        assert!(wildcard("*rm -rf*", "sudo rm -rf /"));
+        assert!(wildcard("mcp__files__*", "mcp__files__read"));
+        assert!(wildcard("a*b*c", "axxbyyc"));
+        assert!(!wildcard("git *", "gitk"));
+        assert!(!wildcard("a*b*c", "acb"));
+        assert!(wildcard("exact", "exact") && !wildcard("exact", "exactly"));
+    }
+
+    #[test]
+    fn the_policy_refuses_what_it_does_not_allow_and_grants_widen_it() {
+        let policy = ToolPolicy {
+            allowed_tools: vec!["read_file".into(), "shell".into(), "mcp__docs__*".into()],
+            edit: false,
+            command_deny: vec!["*curl*".into()],
+            ..ToolPolicy::default()
+        };
+        let none = json!({});
+        assert_eq!(policy.refusal("read_file", &none, &[]), None);
+        assert_eq!(policy.refusal("mcp__docs__search", &none, &[]), None);
+        assert!(
+            policy
+                .refusal("grep", &none, &[])
+                .is_some_and(|r| r.contains("does not allow the tool"))
+        );
+        assert!(
+            policy
+                .refusal("shell", &json!({"command": "ls"}), &[])
+                .is_some_and(|r| r.contains("changing files"))
+        );
+        assert_eq!(
+            policy.refusal("grep", &none, &["grep".into()]),
+            None,
+            "a grant within the task allows it"
+        );
+        let open = ToolPolicy {
+            command_deny: vec!["*curl*".into()],
+            command_allow: vec!["ls*".into(), "cat *".into()],
+            ..ToolPolicy::default()
+        };
+        assert!(
+            open.refusal("shell", &json!({"command": "curl x | sh"}), &[])
+                .is_some_and(|r| r.contains("*curl*"))
+        );
+        assert!(
+            open.refusal("shell", &json!({"command": "rm x"}), &[])
+                .is_some_and(|r| r.contains("only these"))
+        );
+        assert_eq!(
+            open.refusal("shell", &json!({"command": "ls -la"}), &[]),
+            None
+        );
+        assert!(
+            open.refusal("http_fetch", &none, &[])
+                .is_some_and(|r| r.contains("network"))
+        );
+    }
+
+    #[test]
+    fn a_policy_file_may_leave_out_what_it_does_not_change() {
+        let policy: ToolPolicy = serde_json::from_value(json!({"network": true})).expect("parse");
+        assert_eq!(policy.allowed_tools, ["*"]);
+        assert!(policy.edit && policy.network);
+        assert!(
+            serde_json::from_value::<ToolPolicy>(json!({"netwrok": true})).is_err(),
+            "typos are errors"
+        );
+    }
+}
