@@ -10,7 +10,9 @@ use crate::DbError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Operation {
     /// It was about to run (or ran) and its outcome was never recorded.
-    Started,
+    Started {
+        at: chrono::DateTime<chrono::Utc>,
+    },
     Committed(String),
     Failed(String),
 }
@@ -28,13 +30,16 @@ pub struct NewOperation<'a> {
 
 /// The recorded state of an operation, if it was ever started.
 pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Operation>, DbError> {
-    let row = sqlx::query!("SELECT status, result FROM operations WHERE id = $1", id)
-        .fetch_optional(pool)
-        .await?;
+    let row = sqlx::query!(
+        "SELECT status, result, started_at FROM operations WHERE id = $1",
+        id
+    )
+    .fetch_optional(pool)
+    .await?;
     Ok(row.map(|r| match (r.status.as_str(), r.result) {
         ("committed", result) => Operation::Committed(result.unwrap_or_default()),
         ("failed", result) => Operation::Failed(result.unwrap_or_default()),
-        _ => Operation::Started,
+        _ => Operation::Started { at: r.started_at },
     }))
 }
 

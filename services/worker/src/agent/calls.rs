@@ -233,38 +233,52 @@ impl JobRun<'_> {
             None => Ok(None),
             Some(Operation::Committed(output)) => Ok(Some((output, false))),
             Some(Operation::Failed(output)) => Ok(Some((format!("Error: {output}"), true))),
-            Some(Operation::Started) => {
-                let recorded = self
-                    .shared
-                    .operations
-                    .get(operation_id)
-                    .await
-                    .ok()
-                    .flatten();
-                match recorded
-                    .and_then(|bytes| serde_json::from_slice::<ToolExecReply>(&bytes).ok())
-                {
-                    Some(reply) => {
-                        tracing::info!(
-                            operation_id,
-                            "the tool-runner recorded the outcome; not running it again"
-                        );
-                        operations::finish(
-                            &self.shared.pool,
-                            operation_id,
-                            reply.ok,
-                            &reply.output,
-                        )
-                        .await?;
-                        Ok(Some(model_view(reply)))
-                    }
-                    None => Err(CallError::Unknown {
-                        operation_id: operation_id.to_owned(),
-                        tool: spec.name.clone(),
-                        arguments: arguments.to_string(),
-                    }),
-                }
+            Some(Operation::Started { at }) => {
+                self.await_outcome(operation_id, spec, arguments, at).await
             }
+        }
+    }
+
+    /// Wait for the tool-runner's record of an operation started at `at`. A tool-runner stops
+    /// every call at its timeout and records the outcome before replying, so once that time
+    /// (and a margin) has passed without a record, the tool-runner died mid-call and nobody
+    /// can say whether the effect happened.
+    async fn await_outcome(
+        &self,
+        operation_id: &str,
+        spec: &ToolSpec,
+        arguments: &Value,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<(String, bool)>, CallError> {
+        let patience = self.shared.settings.tool_timeout + std::time::Duration::from_secs(5);
+        let deadline = at + chrono::Duration::from_std(patience).unwrap_or_default();
+        loop {
+            let recorded = self
+                .shared
+                .operations
+                .get(operation_id)
+                .await
+                .ok()
+                .flatten();
+            if let Some(reply) =
+                recorded.and_then(|bytes| serde_json::from_slice::<ToolExecReply>(&bytes).ok())
+            {
+                tracing::info!(
+                    operation_id,
+                    "the tool-runner recorded the outcome; not running it again"
+                );
+                operations::finish(&self.shared.pool, operation_id, reply.ok, &reply.output)
+                    .await?;
+                return Ok(Some(model_view(reply)));
+            }
+            if chrono::Utc::now() > deadline {
+                return Err(CallError::Unknown {
+                    operation_id: operation_id.to_owned(),
+                    tool: spec.name.clone(),
+                    arguments: arguments.to_string(),
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         }
     }
 }
