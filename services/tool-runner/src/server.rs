@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use futures::StreamExt;
 use maestro_domain::JobId;
-use maestro_domain::tools::{ToolExecReply, ToolExecRequest};
+use maestro_domain::tools::{McpListReply, McpListRequest, ToolExecReply, ToolExecRequest};
 use maestro_messaging::Subjects;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
@@ -55,7 +55,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let http = maestro_runtime::http_client()
         .connect_timeout(std::time::Duration::from_secs(10))
         .build()?;
-    let toolbox = Arc::new(Toolbox { sandbox, http });
+    let toolbox = Arc::new(Toolbox {
+        sandbox,
+        http,
+        mcp: Default::default(),
+    });
     let client = maestro_messaging::connect(&settings.nats_url, "maestro-tool-runner")
         .await
         .context("connect to NATS")?;
@@ -67,6 +71,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .subscribe(subjects.tools_cancel())
         .await
         .context("subscribe to cancellations")?;
+    let mut listings = client
+        .queue_subscribe(subjects.mcp_list(), QUEUE_GROUP.to_owned())
+        .await
+        .context("subscribe to MCP listings")?;
     let js = async_nats::jetstream::new(client.clone());
     maestro_messaging::setup::ensure_streams(&js, &subjects, &Default::default()).await?;
     let outcomes = maestro_messaging::setup::OperationOutcomes::new(js, &subjects);
@@ -88,6 +96,16 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
                     tracing::info!(job_id = %request.job_id, "cancelling the job's tool calls");
                     token.cancel();
                 }
+                continue;
+            }
+            Some(listing) = listings.next() => {
+                let (client, settings, toolbox) = (client.clone(), settings.clone(), toolbox.clone());
+                in_flight.spawn(async move {
+                    let reply = list_mcp(&settings, &toolbox, &listing.payload).await;
+                    if let Some(to) = listing.reply {
+                        let _ = client.publish(to, Bytes::from(serde_json::to_vec(&reply).unwrap_or_default())).await;
+                    }
+                });
                 continue;
             }
             _ = shutdown.cancelled() => break,
@@ -142,6 +160,44 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     while in_flight.join_next().await.is_some() {}
     client.flush().await.ok();
     Ok(())
+}
+
+/// List an MCP server's tools, from a scratch workspace.
+async fn list_mcp(settings: &Settings, toolbox: &Toolbox, payload: &[u8]) -> McpListReply {
+    let request: McpListRequest = match serde_json::from_slice(payload) {
+        Ok(request) => request,
+        Err(e) => {
+            return McpListReply {
+                tools: Vec::new(),
+                error: Some(format!("malformed listing request: {e}")),
+            };
+        }
+    };
+    let scratch = settings
+        .workspaces_dir
+        .join(".mcp-list")
+        .join(&request.target.name);
+    let prepared = std::fs::create_dir_all(&scratch).and_then(|()| match toolbox.sandbox.run_as {
+        Some((uid, gid)) => std::os::unix::fs::chown(&scratch, Some(uid), Some(gid)),
+        None => Ok(()),
+    });
+    if let Err(e) = prepared {
+        return McpListReply {
+            tools: Vec::new(),
+            error: Some(format!("cannot prepare a scratch workspace: {e}")),
+        };
+    }
+    match toolbox
+        .mcp
+        .list(&toolbox.sandbox, &request.target, scratch, request.network)
+        .await
+    {
+        Ok(tools) => McpListReply { tools, error: None },
+        Err(error) => McpListReply {
+            tools: Vec::new(),
+            error: Some(error),
+        },
+    }
 }
 
 fn report(sandbox: &Sandbox) {
@@ -199,6 +255,8 @@ async fn handle(
         network: request.network,
         allowed_hosts: request.allowed_hosts,
         operation_id: request.operation_id,
+        task: request.task_id,
+        mcp: request.mcp,
     };
     let result = toolbox.execute(call, &cancel).await;
     if cancel.is_cancelled() {

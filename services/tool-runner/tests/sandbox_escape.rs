@@ -48,6 +48,7 @@ async fn harness() -> Harness {
     let toolbox = Toolbox {
         sandbox,
         http: maestro_runtime::http_client().build().expect("client"),
+        mcp: Default::default(),
     };
     Harness {
         toolbox,
@@ -76,6 +77,8 @@ impl Harness {
             network,
             allowed_hosts: Vec::new(),
             operation_id: "op-test".to_owned(),
+            task: TaskId::new(),
+            mcp: None,
         };
         self.toolbox.execute(call, &CancellationToken::new()).await
     }

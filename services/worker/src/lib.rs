@@ -68,6 +68,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         release,
         policy,
         operations,
+        mcp_tools: Default::default(),
     }));
     maestro_runtime::announce_ready("worker", None);
     maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;

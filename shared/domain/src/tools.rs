@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::ids::{JobId, TaskId};
+use crate::policy::McpServer;
 
 /// Name of the tool that ends a movement successfully.
 pub const COMPLETE: &str = "complete";
@@ -199,6 +200,42 @@ pub struct ToolExecRequest {
     /// replying, so a worker that never gets the reply can still learn it.
     #[serde(default)]
     pub ledgered: bool,
+    /// For an MCP tool (`mcp__<server>__<tool>`): the server to run it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpTarget>,
+}
+
+/// An MCP server as the workspace policy configures it, named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpTarget {
+    pub name: String,
+    pub server: McpServer,
+}
+
+/// Ask a tool-runner for the tools of an MCP server (`<prefix>.tools.mcp.list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpListRequest {
+    pub target: McpTarget,
+    pub network: bool,
+}
+
+/// The tools of an MCP server, or why they cannot be listed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpListReply {
+    #[serde(default)]
+    pub tools: Vec<ToolSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The offered name of an MCP server's tool: `mcp__<server>__<tool>`.
+pub fn mcp_tool_name(server: &str, tool: &str) -> String {
+    format!("mcp__{server}__{tool}")
+}
+
+/// Split an offered MCP tool name into server and tool.
+pub fn split_mcp_tool_name(name: &str) -> Option<(&str, &str)> {
+    name.strip_prefix("mcp__")?.split_once("__")
 }
 
 /// The tool-runner's answer. A tool that failed is still an answer (`ok = false`, the model

@@ -10,6 +10,7 @@
 //! | `<p>.deltas.<task_id>.<job_id>` | live message fragments (stream `<P>_DELTAS`, short retention) |
 //! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
 //! | `<p>.tools.cancel` | stop a job's running tool calls (core NATS, every tool-runner) |
+//! | `<p>.tools.mcp.list` | the tools of an MCP server, request/reply to the tool-runner |
 //! | `<p>.notify.<type>` | notifications such as `task.succeeded` (stream `<P>_NOTIFY`) |
 //! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
 
@@ -96,6 +97,11 @@ impl Subjects {
     /// `<p>.tools.exec`
     pub fn tools_exec(&self) -> String {
         format!("{}.tools.exec", self.prefix)
+    }
+
+    /// `<p>.tools.mcp.list`: the tools of an MCP server (request/reply).
+    pub fn mcp_list(&self) -> String {
+        format!("{}.tools.mcp.list", self.prefix)
     }
 
     /// `<p>.tools.cancel`: `{"job_id": ...}` stops every tool call of the job.

@@ -24,7 +24,7 @@ mod program;
 use std::path::PathBuf;
 
 pub use self::landlock::confined;
-pub use cgroup::Cgroups;
+pub use cgroup::{CallCgroups, Cgroups};
 pub use program::{Exit, Invocation, ProgramOutput};
 
 /// Resource limits of one sandboxed program.
@@ -106,6 +106,7 @@ impl Sandbox {
             network: false,
             timeout: std::time::Duration::from_secs(10),
             stdin: None,
+            read_only: Vec::new(),
         };
         let output = self
             .run(&invocation, &tokio_util::sync::CancellationToken::new())

@@ -46,6 +46,8 @@ pub struct Invocation {
     pub timeout: Duration,
     /// Written to the program's stdin, then closed.
     pub stdin: Option<Vec<u8>>,
+    /// More read-only paths visible inside, at the same place (e.g. an MCP server's install).
+    pub read_only: Vec<PathBuf>,
 }
 
 /// How the program ended.
@@ -89,27 +91,7 @@ impl Sandbox {
         if let Some(reason) = &self.unavailable {
             return Err(ProgramError::Unavailable(reason.clone()));
         }
-        let name = format!("call-{}", uuid::Uuid::new_v4().simple());
-        let cgroups = match &self.cgroups {
-            Some(cg) => Some(
-                cg.create(&name, self.limits.max_processes, self.limits.memory_bytes)
-                    .map_err(|e| ProgramError::Spawn(format!("cannot create cgroups: {e}")))?,
-            ),
-            None => None,
-        };
-        let mut command = self.command(invocation, cgroups.as_ref());
-        command
-            .stdin(if invocation.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|e| ProgramError::Spawn(e.to_string()))?;
+        let (mut child, cgroups) = self.spawn(invocation, invocation.stdin.is_some())?;
         if let (Some(data), Some(mut stdin)) = (invocation.stdin.clone(), child.stdin.take()) {
             tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
@@ -145,6 +127,36 @@ impl Sandbox {
             dropped: out_dropped + err_dropped,
             memory_exceeded,
         })
+    }
+
+    /// Start a program in the sandbox with piped stdout and stderr (and stdin when asked).
+    /// The cgroups, if any, must live as long as the child: dropping them kills what is left.
+    pub fn spawn(
+        &self,
+        invocation: &Invocation,
+        stdin: bool,
+    ) -> Result<(tokio::process::Child, Option<CallCgroups>), ProgramError> {
+        if let Some(reason) = &self.unavailable {
+            return Err(ProgramError::Unavailable(reason.clone()));
+        }
+        let name = format!("call-{}", uuid::Uuid::new_v4().simple());
+        let cgroups = match &self.cgroups {
+            Some(cg) => Some(
+                cg.create(&name, self.limits.max_processes, self.limits.memory_bytes)
+                    .map_err(|e| ProgramError::Spawn(format!("cannot create cgroups: {e}")))?,
+            ),
+            None => None,
+        };
+        let mut command = self.command(invocation, cgroups.as_ref());
+        command
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .map_err(|e| ProgramError::Spawn(e.to_string()))?;
+        Ok((child, cgroups))
     }
 
     /// `[sh (join cgroups) →] [setpriv (drop to the sandbox user) →] prlimit → bwrap → program`.
@@ -220,7 +232,11 @@ impl Sandbox {
                 Err(_) => {}
             }
         }
-        let extra = self.extra_ro_paths.iter().map(|p| p.display().to_string());
+        let extra = self
+            .extra_ro_paths
+            .iter()
+            .chain(&invocation.read_only)
+            .map(|p| p.display().to_string());
         for path in ETC_ENTRIES.iter().map(|p| p.to_string()).chain(extra) {
             if Path::new(&path).exists() {
                 args.extend(["--ro-bind".to_owned(), path.clone(), path]);

@@ -33,6 +33,10 @@ pub struct Call {
     pub network: bool,
     pub allowed_hosts: Vec<String>,
     pub operation_id: String,
+    /// The task the call is for.
+    pub task: maestro_domain::TaskId,
+    /// For an MCP tool: its server.
+    pub mcp: Option<maestro_domain::tools::McpTarget>,
 }
 
 /// What tools run with.
@@ -40,11 +44,22 @@ pub struct Call {
 pub struct Toolbox {
     pub sandbox: Sandbox,
     pub http: reqwest::Client,
+    pub mcp: crate::mcp::McpSessions,
 }
 
 impl Toolbox {
     /// Run one call.
     pub async fn execute(&self, call: Call, cancel: &CancellationToken) -> Result<String, String> {
+        if let Some(target) = &call.mcp {
+            let output = self
+                .mcp
+                .call(&self.sandbox, call.task, target, &call)
+                .await?;
+            return Ok(files::truncate(
+                output,
+                self.sandbox.limits.max_output_bytes,
+            ));
+        }
         let output = match call.tool.as_str() {
             "read_file" | "write_file" | "edit_file" | "list_files" | "glob" | "grep" => {
                 self.confined(call).await?

@@ -37,6 +37,7 @@ pub async fn run(
         network: call.network,
         timeout,
         stdin: None,
+        read_only: Vec::new(),
     };
     let output = sandbox
         .run(&invocation, cancel)

@@ -11,8 +11,8 @@
 
 use futures::future::join_all;
 use maestro_db::operations::{self, NewOperation, Operation};
-use maestro_domain::ToolCall;
 use maestro_domain::tools::{self, Idempotency, ToolExecReply, ToolExecRequest, ToolSpec};
+use maestro_domain::{ToolCall, WaitReason};
 use serde_json::Value;
 
 use super::{JobEnd, JobError, JobRun};
@@ -70,7 +70,10 @@ impl JobRun<'_> {
                         "operation {operation_id} (`{tool}` with {arguments}) was started but its outcome \
                          is unknown; a person must say whether it happened before the job goes on"
                     );
-                    return self.pause_side_effect_unknown(reason).await.map(Some);
+                    return self
+                        .pause(WaitReason::SideEffectUnknown, reason)
+                        .await
+                        .map(Some);
                 }
                 Some(CallError::Job(e)) => return Err(e),
             }
@@ -203,6 +206,13 @@ impl JobRun<'_> {
             network: policy.network,
             allowed_hosts: policy.allowed_hosts.clone(),
             ledgered,
+            mcp: tools::split_mcp_tool_name(&spec.name).and_then(|(server, _)| {
+                let config = policy.mcp_servers.get(server)?;
+                Some(tools::McpTarget {
+                    name: server.to_owned(),
+                    server: config.clone(),
+                })
+            }),
         };
         // The tool-runner stops the tool at its timeout and still answers; wait a little longer.
         let wait = settings.tool_timeout + std::time::Duration::from_secs(5);

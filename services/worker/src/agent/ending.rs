@@ -142,13 +142,13 @@ impl JobRun<'_> {
         Ok(JobEnd::Released)
     }
 
-    /// Pause for a person: an operation may or may not have happened.
-    pub(super) async fn pause_side_effect_unknown(
+    /// Pause for a person (`waiting_human` for `wait`), saying why.
+    pub(super) async fn pause(
         &mut self,
+        wait: WaitReason,
         reason: String,
     ) -> Result<JobEnd, JobError> {
-        tracing::warn!(%reason, "pausing the job: a side effect's outcome is unknown");
-        let wait = WaitReason::SideEffectUnknown;
+        tracing::warn!(%reason, %wait, "pausing the job for a person");
         let transition = Transition {
             wait_reason: Some(wait),
             ..Transition::to(JobStatus::WaitingHuman)

@@ -12,6 +12,7 @@
 //! worker's `release` (shutdown grace is over: hand the job back at the next safe point).
 
 mod calls;
+mod catalog;
 mod ending;
 mod llm;
 
@@ -23,7 +24,7 @@ use maestro_db::jobs::{self, Claimed, Fence, Fenced, Transition};
 use maestro_db::{DbError, PgPool};
 use maestro_domain::piece;
 use maestro_domain::policy::ToolPolicy;
-use maestro_domain::tools::{self, ToolSpec};
+use maestro_domain::tools::ToolSpec;
 use maestro_domain::{EventBody, Message, MessageEvent, ToolCall, ToolCallEvent, ToolResultEvent};
 use maestro_llm::LlmClient;
 use maestro_messaging::Subjects;
@@ -82,6 +83,8 @@ pub struct Shared {
     pub policy: Arc<ToolPolicy>,
     /// The tool-runner's record of ledgered operations' outcomes.
     pub operations: maestro_messaging::setup::OperationOutcomes,
+    /// The MCP servers' tools, once listed.
+    pub mcp_tools: Arc<tokio::sync::Mutex<Option<Vec<ToolSpec>>>>,
 }
 
 /// How this job was delivered and what can interrupt it.
@@ -141,7 +144,8 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
         Vec::new()
     };
     let rebuilt = conversation::rebuild(&history)?;
-    let mut run = JobRun::new(shared, claim, fence, delivery);
+    let tools = catalog::tools(shared).await;
+    let mut run = JobRun::new(shared, claim, fence, delivery, tools);
     let pending = if rebuilt.messages.is_empty() {
         for message in conversation::seed(piece, &run.tools, claim) {
             run.record(MessageEvent::plain(message));
@@ -158,13 +162,36 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
         run.next_generated_id = rebuilt.next_generated_id;
         rebuilt.pending
     };
+    let needs_auth: Vec<&String> = shared
+        .policy
+        .mcp_servers
+        .iter()
+        .filter(|(_, s)| s.requires_auth)
+        .map(|(name, _)| name)
+        .collect();
+    if !needs_auth.is_empty() {
+        // No token store yet: a server that needs authorization always waits for one.
+        let names = needs_auth
+            .iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let reason = format!("the MCP servers {names} need authorization before the job can start");
+        return run
+            .pause(maestro_domain::WaitReason::McpAuthRequired, reason)
+            .await;
+    }
     run.drive(pending).await
 }
 
 impl<'a> JobRun<'a> {
-    fn new(shared: &'a Shared, claim: &'a Claimed, fence: Fence, delivery: Delivery) -> Self {
-        let mut tools = tools::builtin_tools();
-        tools.push(tools::complete_tool());
+    fn new(
+        shared: &'a Shared,
+        claim: &'a Claimed,
+        fence: Fence,
+        delivery: Delivery,
+        tools: Vec<ToolSpec>,
+    ) -> Self {
         let rendered: Vec<serde_json::Value> = tools.iter().map(ToolSpec::to_openai).collect();
         let tools_json =
             serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
