@@ -4,6 +4,10 @@
 //! (request sent → `succeeded` event received on NATS) and Postgres commits per job.
 //!
 //! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C]`
+//!
+//! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`).
+
+mod tools;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -53,6 +57,13 @@ type Waiters = Arc<Mutex<Board>>;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("tools") {
+        let calls = std::env::args()
+            .skip_while(|a| a != "--calls")
+            .nth(1)
+            .map_or(Ok(1000), |n| n.parse())?;
+        return tools::run(calls).await;
+    }
     let args = args()?;
     let scenario = json!({"scenarios": [{
         "name": "reference-job",
