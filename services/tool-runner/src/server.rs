@@ -10,8 +10,11 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use futures::StreamExt;
 use maestro_domain::JobId;
-use maestro_domain::tools::{McpListReply, McpListRequest, ToolExecReply, ToolExecRequest};
+use maestro_domain::tools::{
+    McpListReply, McpListRequest, OperationRecord, ToolExecReply, ToolExecRequest,
+};
 use maestro_messaging::Subjects;
+use maestro_messaging::setup::OperationOutcomes;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -134,15 +137,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         maestro_messaging::trace::adopt(&span, message.headers.as_ref());
         in_flight.spawn(
             async move {
-                let (answer, ledgered) = handle(&settings, &toolbox, &running, &message.payload).await;
+                let answer =
+                    handle(&settings, &toolbox, &running, &outcomes, &message.payload).await;
                 let payload = serde_json::to_vec(&answer).unwrap_or_default();
-                if let Some(operation_id) = ledgered {
-                    // Recorded before the reply: a worker that never gets the reply can still
-                    // learn that the effect happened, and what it produced.
-                    if let Err(e) = outcomes.record(&operation_id, Bytes::from(payload.clone())).await {
-                        tracing::error!(error = %e, operation_id, "cannot record the operation's outcome");
-                    }
-                }
                 if let Err(e) = client.publish(reply, Bytes::from(payload)).await {
                     tracing::warn!(error = %e, "cannot send tool reply");
                 }
@@ -160,6 +157,27 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     while in_flight.join_next().await.is_some() {}
     client.flush().await.ok();
     Ok(())
+}
+
+/// Record a ledgered outcome, retrying through a NATS outage for up to a minute: the effect
+/// has happened, and without the record a resumed job can only ask a person.
+async fn record_outcome(outcomes: &OperationOutcomes, operation_id: &str, payload: Bytes) {
+    let mut delay = std::time::Duration::from_millis(100);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match outcomes.record(operation_id, payload.clone()).await {
+            Ok(()) => return,
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                tracing::error!(error = %e, operation_id, "cannot record the operation's outcome; giving up");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, operation_id, "cannot record the operation's outcome yet; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(5));
+            }
+        }
+    }
 }
 
 /// List an MCP server's tools, from a scratch workspace.
@@ -215,19 +233,24 @@ fn report(sandbox: &Sandbox) {
     }
 }
 
-/// Run one request; the reply, and the operation id when its outcome must be recorded.
+/// Run one request and answer it. A ledgered call is recorded as `running` before the tool
+/// starts (if that cannot be recorded, it does not run) and as `done` before the answer.
 async fn handle(
     settings: &Settings,
     toolbox: &Toolbox,
     running: &Running,
+    outcomes: &OperationOutcomes,
     payload: &[u8],
-) -> (ToolExecReply, Option<String>) {
-    let refuse = |output: String| (ToolExecReply { ok: false, output }, None);
+) -> ToolExecReply {
+    let refuse = |output: String| ToolExecReply {
+        ok: false,
+        output,
+        not_run: false,
+    };
     let request: ToolExecRequest = match serde_json::from_slice(payload) {
         Ok(request) => request,
         Err(e) => return refuse(format!("malformed tool request: {e}")),
     };
-    let ledgered = request.ledgered.then(|| request.operation_id.clone());
     let span = tracing::Span::current();
     span.record("tool", request.tool.as_str());
     span.record("task_id", tracing::field::display(request.task_id));
@@ -236,6 +259,21 @@ async fn handle(
         Ok(workspace) => workspace,
         Err(e) => return refuse(format!("cannot open the task workspace: {e}")),
     };
+    let ledgered = request.ledgered.then(|| request.operation_id.clone());
+    if let Some(operation_id) = &ledgered {
+        let started = serde_json::to_vec(&OperationRecord::Running).unwrap_or_default();
+        if let Err(e) = outcomes.record(operation_id, Bytes::from(started)).await {
+            tracing::warn!(error = %e, operation_id, "cannot record the operation's start; not running it");
+            let output = format!(
+                "the start of operation {operation_id} could not be recorded; it was not run"
+            );
+            return ToolExecReply {
+                ok: false,
+                output,
+                not_run: true,
+            };
+        }
+    }
     let cancel = running
         .lock()
         .expect("lock")
@@ -262,12 +300,30 @@ async fn handle(
     if cancel.is_cancelled() {
         running.lock().expect("lock").remove(&request.job_id);
     }
-    let reply = match result {
-        Ok(output) => ToolExecReply { ok: true, output },
+    let (ok, output) = match result {
+        Ok(output) => (true, output),
         Err(output) => {
             tracing::info!(error = %output, "tool call failed");
-            ToolExecReply { ok: false, output }
+            (false, output)
         }
     };
-    (reply, ledgered)
+    if let Some(operation_id) = &ledgered {
+        // Recorded before the answer: a worker that never gets the answer can still learn
+        // that the effect happened, and what it produced.
+        let done = OperationRecord::Done {
+            ok,
+            output: output.clone(),
+        };
+        record_outcome(
+            outcomes,
+            operation_id,
+            Bytes::from(serde_json::to_vec(&done).unwrap_or_default()),
+        )
+        .await;
+    }
+    ToolExecReply {
+        ok,
+        output,
+        not_run: false,
+    }
 }

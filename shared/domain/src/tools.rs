@@ -244,6 +244,18 @@ pub fn split_mcp_tool_name(name: &str) -> Option<(&str, &str)> {
 pub struct ToolExecReply {
     pub ok: bool,
     pub output: String,
+    /// The call was not run at all (its start could not be recorded): retry it later.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_run: bool,
+}
+
+/// What the tool-runner records about a ledgered operation (`<prefix>.operations.<id>`):
+/// `running` before it starts the tool, `done` with the reply before it answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum OperationRecord {
+    Running,
+    Done { ok: bool, output: String },
 }
 
 #[cfg(test)]

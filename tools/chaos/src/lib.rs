@@ -12,7 +12,9 @@
 //! Clients create tasks with an `Idempotency-Key` and retry until answered, as a careful client
 //! of a flaky network would; a retry must never create a second task.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -73,6 +75,12 @@ pub struct ChaosReport {
     pub repeated_turns: i64,
     pub duplicate_successes: i64,
     pub duplicate_tasks: i64,
+    /// Side effects that happened more than once (should be none).
+    pub duplicate_effects: usize,
+    /// Succeeded jobs whose side effect did not happen exactly once.
+    pub missing_effects: usize,
+    /// Jobs paused because a side effect's outcome was unknown (the effect happened at most once).
+    pub paused_unknown: i64,
     pub chaos_duration: Duration,
     /// From the last disruption until every job had settled.
     pub recovery: Duration,
@@ -92,6 +100,8 @@ impl ChaosReport {
             && self.repeated_turns == 0
             && self.duplicate_successes == 0
             && self.duplicate_tasks == 0
+            && self.duplicate_effects == 0
+            && self.missing_effects == 0
     }
 }
 
@@ -121,6 +131,17 @@ impl fmt::Display for ChaosReport {
         writeln!(f, "repeated LLM turns:   {}", self.repeated_turns)?;
         writeln!(f, "duplicate successes:  {}", self.duplicate_successes)?;
         writeln!(f, "duplicate tasks:      {}", self.duplicate_tasks)?;
+        writeln!(f, "side effects twice:   {}", self.duplicate_effects)?;
+        writeln!(
+            f,
+            "side effects missing: {} (of succeeded jobs)",
+            self.missing_effects
+        )?;
+        writeln!(
+            f,
+            "paused (unknown):     {} (side effect at most once, a person decides)",
+            self.paused_unknown
+        )?;
         writeln!(
             f,
             "recovery:             {:.1} s after the last disruption",
@@ -163,17 +184,43 @@ impl Rng {
 
 /// Each job: write a file, read it back, finish — three LLM turns, streamed slowly enough
 /// that disruptions land in the middle of jobs.
-fn scenarios() -> Value {
+fn scenarios(counter_url: &str) -> Value {
     json!({"scenarios": [{
         "name": "chaos",
         "turns": [
             {"text": "Writing the file.", "chunk_chars": 2, "chunk_delay_ms": 25,
              "tool_calls": [{"name": "write_file", "arguments": {"path": "note.txt", "content": "x"}}]},
-            {"text": "Checking it.", "chunk_chars": 2, "chunk_delay_ms": 25,
-             "tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
+            {"text": "Recording it.", "chunk_chars": 2, "chunk_delay_ms": 25,
+             "tool_calls": [{"name": "http_fetch", "arguments": {"url": counter_url, "method": "POST"}}]},
             {"text": "Done.", "tool_calls": [{"name": "complete", "arguments": {"result": "ok"}}]}
         ]
     }]})
+}
+
+/// The external side effect: an HTTP server counting POSTs per `Idempotency-Key` (the
+/// operation id MAESTRO sends), i.e. per tool call.
+async fn side_effect_counter() -> anyhow::Result<(String, Arc<Mutex<HashMap<String, usize>>>)> {
+    let counts: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let recorded = counts.clone();
+    let app = axum::Router::new().route(
+        "/effect",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let recorded = recorded.clone();
+            async move {
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("?")
+                    .to_owned();
+                *recorded.lock().expect("lock").entry(key).or_default() += 1;
+                "recorded"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/effect", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, counts))
 }
 
 const TURNS: i64 = 3;
@@ -192,7 +239,14 @@ pub async fn run(options: ChaosOptions) -> anyhow::Result<ChaosReport> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut stack_options = StackOptions::new(scenarios())
+    let (counter_url, effects) = side_effect_counter().await?;
+    let policy = std::env::temp_dir().join(format!("maestro-chaos-policy-{port}.json"));
+    std::fs::write(
+        &policy,
+        json!({"network": true, "allowed_hosts": ["127.0.0.1"]}).to_string(),
+    )?;
+    let mut stack_options = StackOptions::new(scenarios(&counter_url))
+        .env("WORKSPACE_POLICY", &policy.display().to_string())
         .private_postgres()
         .env("GATEWAY_ADDR", &format!("127.0.0.1:{port}"))
         .env("JOB_ACK_WAIT_MS", &LEASE.as_millis().to_string())
@@ -236,6 +290,8 @@ pub async fn run(options: ChaosOptions) -> anyhow::Result<ChaosReport> {
     settle(&stack, options.settle_timeout).await?;
     report.recovery = calm.elapsed();
     check(&stack, &accepted, &mut report).await?;
+    check_effects(&stack, &effects, &mut report).await?;
+    let _ = std::fs::remove_file(&policy);
     Ok(report)
 }
 
@@ -282,6 +338,35 @@ async fn disrupt(
     Ok(())
 }
 
+/// Each side effect at most once; exactly once for every succeeded job.
+async fn check_effects(
+    stack: &Stack,
+    effects: &Mutex<HashMap<String, usize>>,
+    report: &mut ChaosReport,
+) -> anyhow::Result<()> {
+    let counts = effects.lock().expect("lock").clone();
+    report.duplicate_effects = counts.values().filter(|n| **n > 1).count();
+    let succeeded: Vec<String> =
+        sqlx::query_scalar("SELECT id::text FROM jobs WHERE status = 'succeeded'")
+            .fetch_all(&stack.db.pool)
+            .await?;
+    report.missing_effects = succeeded
+        .iter()
+        .filter(|job| {
+            counts
+                .iter()
+                .filter(|(key, _)| key.starts_with(job.as_str()))
+                .map(|(_, n)| *n)
+                .sum::<usize>()
+                != 1
+        })
+        .count();
+    report.paused_unknown =
+        scalar(stack, "SELECT count(*) FROM jobs WHERE status = 'waiting_human' AND wait_reason = 'side_effect_unknown'")
+            .await?;
+    Ok(())
+}
+
 /// Create `n` tasks, each with its own idempotency key, retrying each until it is answered.
 async fn create_tasks(
     base: String,
@@ -323,7 +408,7 @@ async fn settle(stack: &Stack, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         let open: Result<i64, _> = sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE status NOT IN ('succeeded', 'failed', 'cancelled')",
+            "SELECT count(*) FROM jobs WHERE status NOT IN ('succeeded', 'failed', 'cancelled', 'waiting_human')",
         )
         .fetch_one(&stack.db.pool)
         .await;
@@ -346,7 +431,7 @@ async fn check(stack: &Stack, accepted: &[String], report: &mut ChaosReport) -> 
     report.duplicate_tasks = stored.len() as i64 - accepted.len() as i64;
     report.stuck = scalar(
         stack,
-        "SELECT count(*) FROM jobs WHERE status NOT IN ('succeeded', 'failed', 'cancelled')",
+        "SELECT count(*) FROM jobs WHERE status NOT IN ('succeeded', 'failed', 'cancelled', 'waiting_human')",
     )
     .await?;
     report.succeeded = scalar(

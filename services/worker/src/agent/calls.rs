@@ -11,7 +11,9 @@
 
 use futures::future::join_all;
 use maestro_db::operations::{self, NewOperation, Operation};
-use maestro_domain::tools::{self, Idempotency, ToolExecReply, ToolExecRequest, ToolSpec};
+use maestro_domain::tools::{
+    self, Idempotency, OperationRecord, ToolExecReply, ToolExecRequest, ToolSpec,
+};
 use maestro_domain::{ToolCall, WaitReason};
 use serde_json::Value;
 
@@ -20,6 +22,9 @@ use crate::tool_client;
 
 /// The movement calls belong to (the piece engine names them; the foundation has one).
 const MOVEMENT: &str = "main";
+/// A ledgered request reaches a tool-runner, which records it, well within this time; an
+/// operation started longer ago without any record never ran.
+const UNSEEN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why a call got no result.
 #[derive(Debug)]
@@ -220,6 +225,11 @@ impl JobRun<'_> {
         let reply = tool_client::execute(&self.shared.nats, subject, &request, wait)
             .await
             .map_err(CallError::Unavailable)?;
+        if reply.not_run {
+            return Err(CallError::Unavailable(tool_client::Unavailable(
+                reply.output,
+            )));
+        }
         if ledgered {
             operations::finish(&self.shared.pool, &operation_id, reply.ok, &reply.output).await?;
         }
@@ -249,10 +259,12 @@ impl JobRun<'_> {
         }
     }
 
-    /// Wait for the tool-runner's record of an operation started at `at`. A tool-runner stops
-    /// every call at its timeout and records the outcome before replying, so once that time
-    /// (and a margin) has passed without a record, the tool-runner died mid-call and nobody
-    /// can say whether the effect happened.
+    /// Wait for the tool-runner's record of an operation started at `at`. The tool-runner
+    /// records `running` before it starts a ledgered tool and `done` before it answers, and
+    /// stops every call at its timeout. So: `done` is the outcome; no record at all a while
+    /// after the start means the request never reached a tool-runner, and the call can run
+    /// now; `running` (or no answer from the record) past the time limit means a tool-runner
+    /// died mid-call and nobody can say whether the effect happened.
     async fn await_outcome(
         &self,
         operation_id: &str,
@@ -260,28 +272,37 @@ impl JobRun<'_> {
         arguments: &Value,
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<(String, bool)>, CallError> {
-        let patience = self.shared.settings.tool_timeout + std::time::Duration::from_secs(5);
-        let deadline = at + chrono::Duration::from_std(patience).unwrap_or_default();
+        let since = |d: std::time::Duration| at + chrono::Duration::from_std(d).unwrap_or_default();
+        let unseen_after = since(UNSEEN_GRACE);
+        let deadline = since(self.shared.settings.tool_timeout + std::time::Duration::from_secs(5));
         loop {
-            let recorded = self
-                .shared
-                .operations
-                .get(operation_id)
-                .await
-                .ok()
-                .flatten();
-            if let Some(reply) =
-                recorded.and_then(|bytes| serde_json::from_slice::<ToolExecReply>(&bytes).ok())
-            {
-                tracing::info!(
-                    operation_id,
-                    "the tool-runner recorded the outcome; not running it again"
-                );
-                operations::finish(&self.shared.pool, operation_id, reply.ok, &reply.output)
-                    .await?;
-                return Ok(Some(model_view(reply)));
+            let now = chrono::Utc::now();
+            match self.shared.operations.get(operation_id).await {
+                Ok(Some(bytes)) => match serde_json::from_slice::<OperationRecord>(&bytes) {
+                    Ok(OperationRecord::Done { ok, output }) => {
+                        tracing::info!(
+                            operation_id,
+                            "the tool-runner recorded the outcome; not running it again"
+                        );
+                        operations::finish(&self.shared.pool, operation_id, ok, &output).await?;
+                        return Ok(Some(model_view(ToolExecReply {
+                            ok,
+                            output,
+                            not_run: false,
+                        })));
+                    }
+                    Ok(OperationRecord::Running) | Err(_) => {}
+                },
+                Ok(None) if now > unseen_after => {
+                    tracing::info!(
+                        operation_id,
+                        "the operation never reached a tool-runner; running it now"
+                    );
+                    return Ok(None);
+                }
+                Ok(None) | Err(_) => {}
             }
-            if chrono::Utc::now() > deadline {
+            if now > deadline {
                 return Err(CallError::Unknown {
                     operation_id: operation_id.to_owned(),
                     tool: spec.name.clone(),
