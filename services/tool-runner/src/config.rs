@@ -25,6 +25,7 @@ pub struct Settings {
     pub sandbox_user: (u32, u32),
     pub limits: Limits,
     pub extra_ro_paths: Vec<PathBuf>,
+    pub streams: maestro_messaging::setup::StreamSettings,
 }
 
 impl Settings {
@@ -56,6 +57,7 @@ impl Settings {
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from)
                 .collect(),
+            streams: maestro_runtime::env::stream_settings(env)?,
         })
     }
 }

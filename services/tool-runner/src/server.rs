@@ -79,7 +79,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .await
         .context("subscribe to MCP listings")?;
     let js = async_nats::jetstream::new(client.clone());
-    maestro_messaging::setup::ensure_streams(&js, &subjects, &Default::default()).await?;
+    maestro_messaging::setup::ensure_streams(&js, &subjects, &settings.streams).await?;
     let outcomes = maestro_messaging::setup::OperationOutcomes::new(js, &subjects);
     client.flush().await.context("flush subscriptions")?;
     maestro_runtime::announce_ready("tool-runner", None);

@@ -20,9 +20,15 @@ Do not reply with text alone: every reply calls at least one tool.";
 
 /// The first two messages of a new job: one system message (static preamble, tool overview,
 /// movement guidance) and one user message (dynamic context and the task instruction).
+/// Comments that started this job (a follow-up on an earlier one) join the instruction.
 /// Both are the same bytes on every attempt of the job (the time shown is the job's creation
 /// time), so a retried first turn sends the same prompt and reuses the LLM's cache.
-pub fn seed(piece: &Piece, tools: &[ToolSpec], claim: &Claimed) -> Vec<Message> {
+pub fn seed(
+    piece: &Piece,
+    tools: &[ToolSpec],
+    claim: &Claimed,
+    follow_ups: &[String],
+) -> Vec<Message> {
     let overview: String = tools
         .iter()
         .map(|t| format!("- `{}`: {}\n", t.name, t.description))
@@ -31,13 +37,16 @@ pub fn seed(piece: &Piece, tools: &[ToolSpec], claim: &Claimed) -> Vec<Message> 
         "{PREAMBLE}\n\nTools:\n{overview}\n## Movement guidance ({})\n{}",
         piece.name, piece.guidance
     );
-    let user = format!(
+    let mut user = format!(
         "<context>\ntime: {}\ntask: {}\njob: {}\n</context>\n\n<instruction>\n{}\n</instruction>",
         claim.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
         claim.task_id,
         claim.job_no,
         claim.instruction
     );
+    for follow_up in follow_ups {
+        user.push_str(&format!("\n\n<follow-up>\n{follow_up}\n</follow-up>"));
+    }
     vec![Message::system(system), Message::user(user)]
 }
 

@@ -12,7 +12,7 @@ use maestro_messaging::payloads::{Delta, DeltaFragment};
 /// Numbers and publishes the deltas of one job.
 pub struct DeltaPublisher {
     nats: async_nats::Client,
-    subject: String,
+    subjects: maestro_messaging::Subjects,
     task_id: TaskId,
     job_id: JobId,
     after_seq: i64,
@@ -22,7 +22,7 @@ pub struct DeltaPublisher {
 impl std::fmt::Debug for DeltaPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeltaPublisher")
-            .field("subject", &self.subject)
+            .field("job_id", &self.job_id)
             .field("after_seq", &self.after_seq)
             .field("n", &self.n)
             .finish()
@@ -32,14 +32,14 @@ impl std::fmt::Debug for DeltaPublisher {
 impl DeltaPublisher {
     pub fn new(
         nats: async_nats::Client,
-        subject: String,
+        subjects: maestro_messaging::Subjects,
         task_id: TaskId,
         job_id: JobId,
         after_seq: i64,
     ) -> Self {
         Self {
             nats,
-            subject,
+            subjects,
             task_id,
             job_id,
             after_seq,
@@ -69,7 +69,9 @@ impl DeltaPublisher {
         };
         let msg_id = format!("delta:{}:{}", self.task_id, delta.id);
         let headers = maestro_messaging::publish::headers(&msg_id, &[]);
-        let subject = self.subject.clone();
+        let subject = self
+            .subjects
+            .deltas(self.task_id, self.job_id, self.after_seq);
         if let Err(e) = self
             .nats
             .publish_with_headers(subject, headers, Bytes::from(payload))

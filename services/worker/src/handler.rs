@@ -1,6 +1,8 @@
 //! The jobs consumer's handler: claim, run, and turn the result into an [`Outcome`] for the
 //! consumer runner. The dispatch is acknowledged only after the job's state is committed.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -12,6 +14,7 @@ use tracing::Instrument;
 
 pub use crate::agent::Shared as Deps;
 use crate::agent::{self, JobEnd, JobError};
+use crate::signals::JobSignals;
 
 /// Handles job dispatches.
 #[derive(Debug)]
@@ -108,7 +111,19 @@ impl JobHandler {
             self.lease(),
             lost.clone(),
         ));
-        let result = agent::run(&self.deps, &claimed, agent::Delivery { lost, last }).await;
+        // The first step looks for interjections that came before the claim.
+        let interjections = Arc::new(AtomicBool::new(true));
+        let signals = JobSignals {
+            stop: lost.clone(),
+            interjections: interjections.clone(),
+        };
+        let _registration = self.deps.signals.register(claimed.job_id, signals);
+        let delivery = agent::Delivery {
+            lost,
+            last,
+            interjections,
+        };
+        let result = agent::run(&self.deps, &claimed, delivery).await;
         keeper.abort();
         match result {
             Ok(JobEnd::Succeeded | JobEnd::Fenced | JobEnd::Paused) => Outcome::Done,

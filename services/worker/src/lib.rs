@@ -8,6 +8,7 @@ pub mod config;
 pub mod conversation;
 pub mod deltas;
 pub mod handler;
+pub mod signals;
 pub mod tool_client;
 
 use std::sync::Arc;
@@ -59,6 +60,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     });
     let operations = setup::OperationOutcomes::new(js.clone(), &subjects);
     let policy = Arc::new(settings.policy.clone());
+    let signals = signals::Signals::default();
+    tokio::spawn(
+        signals
+            .clone()
+            .listen(nats.clone(), subjects.clone(), shutdown.clone()),
+    );
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         nats,
@@ -69,6 +76,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         policy,
         operations,
         mcp_tools: Default::default(),
+        signals,
     }));
     maestro_runtime::announce_ready("worker", None);
     maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;

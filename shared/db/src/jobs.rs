@@ -173,6 +173,20 @@ pub async fn append(
     events: &[EventBody],
     transition: Option<&Transition>,
 ) -> Result<Result<i64, Fenced>, DbError> {
+    append_delivering(pool, fence, events, transition, &[]).await
+}
+
+/// [`append`], also marking the interjections `delivered` (whose user messages are among
+/// `events`) as delivered. A job cannot become `succeeded` while an interjection is pending:
+/// then nothing is written and `Err(Fenced)` comes back, with the job still held (check with
+/// [`held`]).
+pub async fn append_delivering(
+    pool: &PgPool,
+    fence: Fence,
+    events: &[EventBody],
+    transition: Option<&Transition>,
+    delivered: &[uuid::Uuid],
+) -> Result<Result<i64, Fenced>, DbError> {
     let kinds: Vec<String> = events
         .iter()
         .map(|e| e.kind().as_str().to_owned())
@@ -191,11 +205,17 @@ pub async fn append(
                    next_retry_at = CASE WHEN $5::text IS NULL THEN next_retry_at ELSE $9 END,
                    lease_expires_at = CASE WHEN $5::text IS NULL THEN lease_expires_at END,
                    max_attempts = max_attempts + CASE WHEN $10 THEN 1 ELSE 0 END,
+                   pending_interjections = pending_interjections - cardinality($11::uuid[]),
                    finished_at = CASE WHEN $5 IN ('succeeded', 'failed', 'cancelled') THEN now()
                                       ELSE finished_at END,
                    updated_at = now()
              WHERE id = $1 AND attempt = $2 AND status = 'running'
+               AND ($5::text IS DISTINCT FROM 'succeeded'
+                    OR pending_interjections = cardinality($11::uuid[]))
          RETURNING id, task_id, last_job_seq - cardinality($3::text[]) AS base
+        ), c AS (
+            UPDATE comments SET delivered_at = now()
+              FROM j WHERE comments.id = ANY($11) AND comments.job_id = j.id
         ), t AS (
             UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]), updated_at = now()
               FROM j WHERE tasks.id = j.task_id
@@ -225,6 +245,7 @@ pub async fn append(
         transition.and_then(|t| t.error.as_deref()),
         transition.and_then(|t| t.next_retry_at),
         transition.is_some_and(|t| t.refund_attempt),
+        delivered,
     )
     .fetch_optional(pool)
     .await?;
@@ -327,4 +348,80 @@ pub async fn take_stalled(
             reason: r.reason,
         })
         .collect())
+}
+
+/// Whether job `job_id` belongs to task `task_id`.
+pub async fn belongs_to(pool: &PgPool, job_id: JobId, task_id: TaskId) -> Result<bool, DbError> {
+    let row = sqlx::query!(
+        "SELECT 1 AS one FROM jobs WHERE id = $1 AND task_id = $2",
+        job_id.0,
+        task_id.0
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// Whether the job is still running under this fence.
+pub async fn held(pool: &PgPool, fence: Fence) -> Result<bool, DbError> {
+    let row = sqlx::query!(
+        "SELECT 1 AS one FROM jobs WHERE id = $1 AND attempt = $2 AND status = 'running'",
+        fence.job_id.0,
+        fence.attempt
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// Cancel the latest job of a task unless it is over, with its `cancelled` event, in one
+/// statement. Returns the job, or `None` when there is nothing to cancel. A worker still
+/// running it is fenced: its next write matches nothing.
+pub async fn cancel(
+    pool: &PgPool,
+    task_id: TaskId,
+    reason: &str,
+) -> Result<Option<JobId>, DbError> {
+    let row = sqlx::query!(
+        r#"
+        WITH j AS (
+            UPDATE jobs
+               SET status = 'cancelled', wait_reason = NULL, lease_expires_at = NULL,
+                   finished_at = now(), last_job_seq = last_job_seq + 1, updated_at = now()
+             WHERE id = (SELECT id FROM jobs WHERE task_id = $1 ORDER BY job_no DESC LIMIT 1)
+               AND status NOT IN ('succeeded', 'failed', 'cancelled')
+         RETURNING id, task_id, attempt, last_job_seq
+        ), t AS (
+            UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
+              FROM j WHERE tasks.id = j.task_id
+         RETURNING tasks.id, tasks.last_seq
+        ), e AS (
+            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+            SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
+                   jsonb_build_object('status', 'cancelled', 'attempt', j.attempt, 'reason', $2::text)
+              FROM j, t
+        )
+        SELECT j.id FROM j
+        "#,
+        task_id.0,
+        reason
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|r| JobId(r.id)))
+}
+
+/// The latest job of a task: its id, status and wait reason.
+pub async fn latest(
+    pool: &PgPool,
+    task_id: TaskId,
+) -> Result<Option<(JobId, JobStatus, Option<String>)>, DbError> {
+    let row = sqlx::query!(
+        "SELECT id, status, wait_reason FROM jobs WHERE task_id = $1 ORDER BY job_no DESC LIMIT 1",
+        task_id.0
+    )
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| Ok((JobId(r.id), parse_status(&r.status)?, r.wait_reason)))
+        .transpose()
 }

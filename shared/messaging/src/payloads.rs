@@ -59,6 +59,17 @@ pub enum DeltaFragment {
     },
 }
 
+/// A wake-up for the worker running a job, on `<p>.jobs.<job_id>.control`. Best effort: the
+/// state it announces is already committed, and workers look for it on their own too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum JobControl {
+    /// An interjection is waiting to be delivered.
+    Interjection,
+    /// The job was cancelled: stop now.
+    Cancel,
+}
+
 /// "Attempt this webhook delivery": published from the outbox on `<p>.webhooks.deliver`
 /// with `Nats-Msg-Id = delivery:<id>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@
 //! | `<p>.jobs.dispatch.<profile>` | job dispatch (work queue, stream `<P>_JOBS`) |
 //! | `<p>.jobs.<job_id>.control` | interject/cancel wake-ups for a running job (core NATS) |
 //! | `<p>.events.<task_id>.<kind>` | persisted events, from the outbox (stream `<P>_EVENTS`) |
-//! | `<p>.deltas.<task_id>.<job_id>` | live message fragments (stream `<P>_DELTAS`, short retention) |
+//! | `<p>.deltas.<task_id>.<job_id>.<after_seq>` | live message fragments (stream `<P>_DELTAS`, short retention) |
 //! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
 //! | `<p>.tools.cancel` | stop a job's running tool calls (core NATS, every tool-runner) |
 //! | `<p>.tools.mcp.list` | the tools of an MCP server, request/reply to the tool-runner |
@@ -84,14 +84,20 @@ impl Subjects {
         format!("{}.events.*.{}", self.prefix, kind.as_str())
     }
 
-    /// `<p>.deltas.<task_id>.<job_id>`
-    pub fn deltas(&self, task_id: TaskId, job_id: JobId) -> String {
-        format!("{}.deltas.{task_id}.{job_id}", self.prefix)
+    /// `<p>.deltas.<task_id>.<job_id>.<after_seq>`: the deltas of the message a job is
+    /// generating after event `after_seq`.
+    pub fn deltas(&self, task_id: TaskId, job_id: JobId, after_seq: i64) -> String {
+        format!("{}.deltas.{task_id}.{job_id}.{after_seq}", self.prefix)
     }
 
-    /// `<p>.deltas.<task_id>.*`: the deltas of every job of one task.
+    /// `<p>.deltas.<task_id>.>`: the deltas of every job of one task.
     pub fn deltas_of_task(&self, task_id: TaskId) -> String {
-        format!("{}.deltas.{task_id}.*", self.prefix)
+        format!("{}.deltas.{task_id}.>", self.prefix)
+    }
+
+    /// `<p>.deltas.<task_id>.*.<after_seq>`: the deltas that follow event `after_seq`.
+    pub fn deltas_after(&self, task_id: TaskId, after_seq: i64) -> String {
+        format!("{}.deltas.{task_id}.*.{after_seq}", self.prefix)
     }
 
     /// `<p>.tools.exec`

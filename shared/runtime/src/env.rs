@@ -103,6 +103,8 @@ pub struct CommonSettings {
     pub subject_prefix: String,
     /// Apply pending migrations at start-up.
     pub migrate_on_start: bool,
+    /// Retention of the streams (the same in every service, or they would fight over it).
+    pub streams: maestro_messaging::setup::StreamSettings,
 }
 
 impl std::fmt::Debug for CommonSettings {
@@ -114,6 +116,7 @@ impl std::fmt::Debug for CommonSettings {
             .field("nats_url", &self.nats_url)
             .field("subject_prefix", &self.subject_prefix)
             .field("migrate_on_start", &self.migrate_on_start)
+            .field("streams", &self.streams)
             .finish()
     }
 }
@@ -126,8 +129,21 @@ impl CommonSettings {
             nats_url: env.string("NATS_URL", "nats://127.0.0.1:4222"),
             subject_prefix: env.string("SUBJECT_PREFIX", "maestro"),
             migrate_on_start: env.flag("MIGRATE_ON_START", false)?,
+            streams: stream_settings(env)?,
         })
     }
+}
+
+/// Stream retention from `DELTAS_RETENTION_MS` (live deltas kept for reconnecting clients,
+/// default 15 minutes) and `EVENTS_RETENTION_MS` (events in the stream; Postgres keeps them
+/// for good; default 24 hours).
+pub fn stream_settings(env: &Env) -> Result<maestro_messaging::setup::StreamSettings, ConfigError> {
+    let defaults = maestro_messaging::setup::StreamSettings::default();
+    Ok(maestro_messaging::setup::StreamSettings {
+        deltas_max_age: env.millis("DELTAS_RETENTION_MS", defaults.deltas_max_age)?,
+        events_max_age: env.millis("EVENTS_RETENTION_MS", defaults.events_max_age)?,
+        ..defaults
+    })
 }
 
 #[cfg(test)]

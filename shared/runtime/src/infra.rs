@@ -3,7 +3,7 @@
 
 use async_nats::jetstream;
 use maestro_db::PgPool;
-use maestro_messaging::setup::{self, SetupError, StreamSettings};
+use maestro_messaging::setup::{self, SetupError};
 use maestro_messaging::{InvalidPrefix, Subjects};
 
 use crate::env::CommonSettings;
@@ -45,7 +45,7 @@ impl Infra {
         }
         let nats = maestro_messaging::connect(&common.nats_url, client_name).await?;
         let js = jetstream::new(nats.clone());
-        setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+        setup::ensure_streams(&js, &subjects, &common.streams).await?;
         Ok(Self {
             subjects,
             pool,

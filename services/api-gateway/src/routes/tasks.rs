@@ -191,7 +191,7 @@ async fn replay(
 
 /// Publish a job's dispatch. The job is committed already: if this fails the scheduler
 /// dispatches it again, so the request still succeeds.
-async fn dispatch(state: &AppState, dispatch: JobDispatch) {
+pub(crate) async fn dispatch(state: &AppState, dispatch: JobDispatch) {
     let subject = state.subjects.dispatch("default");
     let result = maestro_messaging::publish::publish_json(
         &state.js,

@@ -88,14 +88,26 @@ impl JobRun<'_> {
             match complete_result(&complete) {
                 Ok(result) => {
                     self.record_result(&complete, "ok".to_owned(), false);
-                    for extra in finals {
-                        self.record_result(
-                            &extra,
-                            "Error: `complete` was already called".to_owned(),
-                            true,
-                        );
+                    let extras: Vec<ToolCall> = finals.collect();
+                    if extras.is_empty()
+                        && let Some(end) = self.succeed(result).await?
+                    {
+                        return Ok(Some(end));
                     }
-                    return self.succeed(result).await.map(Some);
+                    if extras.is_empty() {
+                        // An interjection came in first: the model reads it before finishing.
+                        let note = "Error: the user sent a message before the task was complete; \
+                                    read it, then call `complete` again";
+                        self.record_result(&complete, note.to_owned(), true);
+                    } else {
+                        self.unsaved.pop();
+                        self.messages.pop();
+                        let note = "Error: call `complete` once, alone";
+                        self.record_result(&complete, note.to_owned(), true);
+                        for extra in extras {
+                            self.record_result(&extra, note.to_owned(), true);
+                        }
+                    }
                 }
                 Err(error) => self.record_result(&complete, error, true),
             }

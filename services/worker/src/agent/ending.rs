@@ -40,7 +40,9 @@ fn state_event(
 }
 
 impl JobRun<'_> {
-    pub(super) async fn succeed(&mut self, result: String) -> Result<JobEnd, JobError> {
+    /// Finish the job, unless an interjection arrived that the model has not seen: then the
+    /// `complete` call is answered with a note to read it, and the job goes on (`None`).
+    pub(super) async fn succeed(&mut self, result: String) -> Result<Option<JobEnd>, JobError> {
         let transition = Transition {
             result: Some(result.clone()),
             ..Transition::to(JobStatus::Succeeded)
@@ -49,9 +51,25 @@ impl JobRun<'_> {
             .push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| {
                 c.result = Some(result)
             }));
-        self.commit(Some(transition)).await?;
-        tracing::info!(iterations = self.iterations, "job succeeded");
-        Ok(JobEnd::Succeeded)
+        match self.commit(Some(transition)).await {
+            Ok(()) => {
+                tracing::info!(iterations = self.iterations, "job succeeded");
+                Ok(Some(JobEnd::Succeeded))
+            }
+            Err(JobError::Fenced(fenced)) => {
+                if !jobs::held(&self.shared.pool, self.fence).await? {
+                    return Err(JobError::Fenced(fenced));
+                }
+                self.unsaved.pop(); // the succeeded state
+                self.unsaved.pop(); // complete's "ok"
+                self.messages.pop();
+                self.delivery
+                    .interjections
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) async fn fail(&mut self, error: String) -> Result<JobEnd, JobError> {

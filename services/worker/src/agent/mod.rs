@@ -35,6 +35,12 @@ use crate::config::Settings;
 use crate::conversation;
 use crate::deltas::DeltaPublisher;
 
+/// How often a job looks for interjections without being signalled.
+const INTERJECTION_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Precedes an interjection in the conversation.
+const INTERJECTION_HEADER: &str = "[The user sent this message while you were working]";
+
 /// Consecutive replies without a tool call before the job fails.
 const MAX_TEXT_ONLY_REPLIES: u32 = 2;
 
@@ -85,6 +91,8 @@ pub struct Shared {
     pub operations: maestro_messaging::setup::OperationOutcomes,
     /// The MCP servers' tools, once listed.
     pub mcp_tools: Arc<tokio::sync::Mutex<Option<Vec<ToolSpec>>>>,
+    /// Wake-ups for the jobs this worker runs.
+    pub signals: crate::signals::Signals,
 }
 
 /// How this job was delivered and what can interrupt it.
@@ -94,6 +102,8 @@ pub struct Delivery {
     pub lost: CancellationToken,
     /// No redelivery follows this one: a recoverable error must fail the job now.
     pub last: bool,
+    /// Set when an interjection is signalled for the job.
+    pub interjections: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One job being run by this worker.
@@ -113,6 +123,9 @@ pub struct JobRun<'a> {
     next_generated_id: u32,
     /// Results of read-only calls since the workspace last changed.
     cache: HashMap<String, String>,
+    /// Interjections whose user messages are among the unsaved events.
+    delivering: Vec<uuid::Uuid>,
+    last_interjection_check: std::time::Instant,
 }
 
 impl std::fmt::Debug for JobRun<'_> {
@@ -147,7 +160,12 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
     let tools = catalog::tools(shared).await;
     let mut run = JobRun::new(shared, claim, fence, delivery, tools);
     let pending = if rebuilt.messages.is_empty() {
-        for message in conversation::seed(piece, &run.tools, claim) {
+        let follow_ups = if claim.job_no > 1 {
+            maestro_db::comments::follow_ups(&shared.pool, claim.job_id).await?
+        } else {
+            Vec::new()
+        };
+        for message in conversation::seed(piece, &run.tools, claim, &follow_ups) {
             run.record(MessageEvent::plain(message));
         }
         Vec::new()
@@ -197,7 +215,7 @@ impl<'a> JobRun<'a> {
             serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
         let deltas = DeltaPublisher::new(
             shared.nats.clone(),
-            shared.subjects.deltas(claim.task_id, claim.job_id),
+            shared.subjects.clone(),
             claim.task_id,
             claim.job_id,
             claim.claim_seq,
@@ -221,6 +239,8 @@ impl<'a> JobRun<'a> {
             iterations: 0,
             next_generated_id: 1,
             cache: HashMap::new(),
+            delivering: Vec::new(),
+            last_interjection_check: std::time::Instant::now(),
         }
     }
 
@@ -235,6 +255,7 @@ impl<'a> JobRun<'a> {
             if self.shared.release.is_cancelled() {
                 return self.release().await;
             }
+            self.take_interjections().await?;
             if self.iterations >= self.shared.settings.max_iterations {
                 let error = format!("no `complete` after {} LLM iterations", self.iterations);
                 return self.fail(error).await;
@@ -298,15 +319,59 @@ impl<'a> JobRun<'a> {
     }
 
     /// Commit the unsaved events (and a state change) in one statement.
+    /// Commit the unsaved events (and a state change) in one statement, marking the
+    /// interjections they deliver. When the write is refused the events stay unsaved.
     async fn commit(&mut self, transition: Option<Transition>) -> Result<(), JobError> {
         if self.unsaved.is_empty() && transition.is_none() {
             return Ok(());
         }
         let events = std::mem::take(&mut self.unsaved);
-        let first =
-            jobs::append(&self.shared.pool, self.fence, &events, transition.as_ref()).await??;
-        self.last_seq = first + events.len() as i64 - 1;
-        self.deltas.committed(self.last_seq);
+        let pool = &self.shared.pool;
+        let written = jobs::append_delivering(
+            pool,
+            self.fence,
+            &events,
+            transition.as_ref(),
+            &self.delivering,
+        )
+        .await?;
+        match written {
+            Ok(first) => {
+                self.last_seq = first + events.len() as i64 - 1;
+                self.deltas.committed(self.last_seq);
+                self.delivering.clear();
+                Ok(())
+            }
+            Err(fenced) => {
+                self.unsaved = events;
+                Err(fenced.into())
+            }
+        }
+    }
+
+    /// Deliver the interjections waiting for this job as `user` messages, appended after
+    /// everything so far (never earlier). They are marked delivered with the next commit.
+    async fn take_interjections(&mut self) -> Result<(), JobError> {
+        let signalled = self
+            .delivery
+            .interjections
+            .swap(false, std::sync::atomic::Ordering::SeqCst);
+        if !signalled && self.last_interjection_check.elapsed() < INTERJECTION_POLL {
+            return Ok(());
+        }
+        self.last_interjection_check = std::time::Instant::now();
+        for (id, body) in
+            maestro_db::comments::pending(&self.shared.pool, self.claim.job_id).await?
+        {
+            if self.delivering.contains(&id) {
+                continue;
+            }
+            tracing::info!(comment_id = %id, "delivering an interjection");
+            self.record(MessageEvent::plain(Message::user(format!(
+                "{INTERJECTION_HEADER}\n{body}"
+            ))));
+            self.delivering.push(id);
+        }
         Ok(())
     }
 

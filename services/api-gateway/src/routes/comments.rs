@@ -1,0 +1,197 @@
+//! `/api/local/tasks/{id}/comments` and `/cancel`: the two ways a person reaches a task's job.
+//!
+//! A comment is routed by the state of the task's latest job (SPEC §3.2): while the job can
+//! still take one (queued, running, waiting to retry or for subtasks) it becomes an
+//! interjection, delivered into the conversation at the job's next step; while the job waits
+//! for a decision on an approval it is refused (409); when the job is over (or there is none)
+//! it starts a follow-up job. Both writes are guarded on the job row, so a comment racing the
+//! job's end is routed by the state that won.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use bytes::Bytes;
+use maestro_db::comments::{self, Comment};
+use maestro_domain::{JobId, JobStatus, TaskId};
+use maestro_messaging::payloads::{JobControl, JobDispatch};
+use serde::{Deserialize, Serialize};
+
+use super::parse_id;
+use crate::app::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::json::ApiJson;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewComment {
+    body: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Routed {
+    #[serde(flatten)]
+    comment: Comment,
+    /// `interjection` or `follow_up`.
+    routed_to: &'static str,
+}
+
+/// `POST /api/local/tasks/{id}/comments`
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<NewComment>,
+) -> Result<(StatusCode, Json<Routed>), ApiError> {
+    let task_id: TaskId = parse_id(&id, "task")?;
+    let text = body.body.trim().to_owned();
+    if text.is_empty() {
+        return Err(ApiError::invalid(
+            "invalid_comment",
+            "body must not be empty",
+        ));
+    }
+    if text.len() > state.settings.max_instruction_bytes {
+        return Err(ApiError::invalid(
+            "comment_too_long",
+            "the comment is longer than an instruction may be",
+        ));
+    }
+    if !maestro_db::tasks::exists(&state.pool, &owner, task_id).await? {
+        return Err(ApiError::NotFound("task"));
+    }
+    // The job may change state between the look and the write; the write is guarded, so try
+    // again with the state that won.
+    for _ in 0..3 {
+        let latest = maestro_db::jobs::latest(&state.pool, task_id).await?;
+        match latest {
+            Some((job_id, status, _)) if accepts_interjections(status) => {
+                if let Some(comment) =
+                    comments::interject(&state.pool, task_id, job_id, &owner, &text).await?
+                {
+                    signal(&state, job_id, JobControl::Interjection).await;
+                    return Ok((
+                        StatusCode::CREATED,
+                        Json(Routed {
+                            comment,
+                            routed_to: "interjection",
+                        }),
+                    ));
+                }
+            }
+            Some((_, JobStatus::WaitingHuman, reason)) => {
+                let reason = reason.unwrap_or_default();
+                let message = match reason.as_str() {
+                    "tool_request" | "package_request" => {
+                        format!("the job waits for a decision on a {reason}; decide it first")
+                    }
+                    other => format!("the job waits for a person ({other}); resolve that first"),
+                };
+                return Err(ApiError::Conflict {
+                    code: "decision_pending",
+                    message,
+                });
+            }
+            _ => {
+                let job_id = JobId::new();
+                let max_attempts = state.settings.job_max_attempts;
+                if let Some(comment) =
+                    comments::follow_up(&state.pool, task_id, job_id, &owner, &text, max_attempts)
+                        .await?
+                {
+                    let dispatch = JobDispatch {
+                        job_id,
+                        task_id,
+                        attempt: 0,
+                    };
+                    super::tasks::dispatch(&state, dispatch).await;
+                    return Ok((
+                        StatusCode::CREATED,
+                        Json(Routed {
+                            comment,
+                            routed_to: "follow_up",
+                        }),
+                    ));
+                }
+            }
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "busy",
+        message: "the task changed state while the comment was routed; retry".to_owned(),
+    })
+}
+
+fn accepts_interjections(status: JobStatus) -> bool {
+    matches!(
+        status,
+        JobStatus::Queued | JobStatus::Running | JobStatus::Retry | JobStatus::WaitingSubtasks
+    )
+}
+
+#[derive(Debug, Serialize)]
+pub struct CommentList {
+    comments: Vec<Comment>,
+}
+
+/// `GET /api/local/tasks/{id}/comments`
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<CommentList>, ApiError> {
+    let task_id: TaskId = parse_id(&id, "task")?;
+    if !maestro_db::tasks::exists(&state.pool, &owner, task_id).await? {
+        return Err(ApiError::NotFound("task"));
+    }
+    Ok(Json(CommentList {
+        comments: comments::list(&state.pool, task_id).await?,
+    }))
+}
+
+/// `POST /api/local/tasks/{id}/cancel`: the latest job ends `cancelled` at once, whether a
+/// worker runs it or not; a running worker is told to stop, and its tool processes are killed.
+pub async fn cancel(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<crate::views::TaskJson>, ApiError> {
+    let task_id: TaskId = parse_id(&id, "task")?;
+    if !maestro_db::tasks::exists(&state.pool, &owner, task_id).await? {
+        return Err(ApiError::NotFound("task"));
+    }
+    let reason = format!("cancelled by {owner}");
+    let Some(job_id) = maestro_db::jobs::cancel(&state.pool, task_id, &reason).await? else {
+        return Err(ApiError::Conflict {
+            code: "nothing_to_cancel",
+            message: "the task has no job that is not over".to_owned(),
+        });
+    };
+    tracing::info!(%task_id, %job_id, "job cancelled");
+    signal(&state, job_id, JobControl::Cancel).await;
+    let payload =
+        Bytes::from(serde_json::to_vec(&serde_json::json!({"job_id": job_id})).unwrap_or_default());
+    if let Err(e) = state
+        .nats
+        .publish(state.subjects.tools_cancel(), payload)
+        .await
+    {
+        tracing::warn!(error = %e, "cannot tell the tool-runners to stop the job's tools");
+    }
+    let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
+        .await?
+        .ok_or(ApiError::NotFound("task"))?;
+    Ok(Json(task.into()))
+}
+
+/// Wake the worker running the job (best effort: it also looks on its own).
+async fn signal(state: &AppState, job_id: JobId, control: JobControl) {
+    let payload = Bytes::from(serde_json::to_vec(&control).unwrap_or_default());
+    if let Err(e) = state
+        .nats
+        .publish(state.subjects.control(job_id), payload)
+        .await
+    {
+        tracing::warn!(error = %e, %job_id, "cannot signal the job's worker");
+    }
+}
