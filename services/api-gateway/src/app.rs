@@ -63,6 +63,18 @@ pub fn router(state: AppState) -> Router {
             get(routes::stream::task_stream),
         )
         .route(
+            "/api/local/tasks/{id}/jobs/{job_id}/stream",
+            get(routes::stream::job_stream),
+        )
+        .route(
+            "/api/local/tasks/{id}/comments",
+            post(routes::comments::create).get(routes::comments::list),
+        )
+        .route(
+            "/api/local/tasks/{id}/cancel",
+            post(routes::comments::cancel),
+        )
+        .route(
             "/api/webhooks",
             post(routes::webhooks::create).get(routes::webhooks::list),
         )
