@@ -205,6 +205,14 @@ impl Stack {
             .expect("no such instance")
     }
 
+    /// The process id of a running instance.
+    pub fn pid(&self, instance: &str) -> Option<u32> {
+        self.processes
+            .iter()
+            .find(|p| p.name == instance)
+            .and_then(Process::pid)
+    }
+
     /// SIGKILL an instance.
     pub async fn kill(&mut self, instance: &str) {
         self.process(instance).kill().await;

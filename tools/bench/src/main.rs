@@ -5,8 +5,10 @@
 //!
 //! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C]`
 //!
-//! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`).
+//! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`),
+//! `maestro-bench sse [--clients N]` token-to-client latency and the gateway's cost (`sse.rs`).
 
+mod sse;
 mod tools;
 
 use std::collections::HashMap;
@@ -57,6 +59,13 @@ type Waiters = Arc<Mutex<Board>>;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("sse") {
+        let clients = std::env::args()
+            .skip_while(|a| a != "--clients")
+            .nth(1)
+            .map_or(Ok(1000), |n| n.parse())?;
+        return sse::run(clients).await;
+    }
     if std::env::args().nth(1).as_deref() == Some("tools") {
         let calls = std::env::args()
             .skip_while(|a| a != "--calls")

@@ -52,6 +52,10 @@ pub struct Turn {
     /// Cut the connection after this many chunks, for the first `times` requests of the turn.
     #[serde(default)]
     pub drop_after_chunks: Option<DropAfter>,
+    /// Instead of `text`, stream this many chunks each holding the time it was sent
+    /// (microseconds since the Unix epoch, then a space): for latency benchmarks.
+    #[serde(default)]
+    pub stamp_chunks: Option<usize>,
 }
 
 fn default_chunk_chars() -> usize {

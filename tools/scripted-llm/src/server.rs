@@ -355,11 +355,17 @@ fn stream_response(
         .map(|f| Bytes::from(format!("data: {f}\n\n")))
         .collect();
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    if let Some(n) = turn.stamp_chunks {
+        // Placeholders, stamped as they are sent (below).
+        let stamped: Vec<Bytes> = (0..n).map(|_| Bytes::from_static(STAMP)).collect();
+        frames.splice(1..1, stamped);
+    }
+    let (id_owned, model) = (id.to_owned(), asked.model.clone());
     let first_delay = Duration::from_millis(turn.delay_ms);
     let between = Duration::from_millis(turn.chunk_delay_ms);
-    let stream = futures::stream::unfold(
-        Some((frames.into_iter(), 0usize)),
-        move |state| async move {
+    let stream = futures::stream::unfold(Some((frames.into_iter(), 0usize)), move |state| {
+        let (id, model) = (id_owned.clone(), model.clone());
+        async move {
             let (mut frames, sent) = state?;
             if drop_after.is_some_and(|limit| sent >= limit) {
                 // An error item makes the server abort the connection mid-stream.
@@ -374,9 +380,14 @@ fn stream_response(
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
+            let frame = if frame == STAMP {
+                stamp(&id, &model)
+            } else {
+                frame
+            };
             Some((Ok(frame), Some((frames, sent + 1))))
-        },
-    );
+        }
+    });
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
@@ -387,6 +398,19 @@ fn stream_response(
                 "cannot build the response",
             )
         })
+}
+
+/// Marks a frame to be replaced by a time-stamped text chunk when it is sent.
+const STAMP: &[u8] = b"\0stamp";
+
+fn stamp(id: &str, model: &str) -> Bytes {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    let chunk = json!({"id": id, "object": "chat.completion.chunk", "created": now(), "model": model,
+                       "choices": [{"index": 0, "delta": {"content": format!("{micros} ")}, "finish_reason": null}]});
+    Bytes::from(format!("data: {chunk}\n\n"))
 }
 
 fn now() -> u64 {
