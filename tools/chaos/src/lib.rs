@@ -81,6 +81,9 @@ pub struct ChaosReport {
     pub missing_effects: usize,
     /// Jobs paused because a side effect's outcome was unknown (the effect happened at most once).
     pub paused_unknown: i64,
+    /// Interjections posted, and how many were not read exactly once.
+    pub interjections: usize,
+    pub interjection_violations: usize,
     pub chaos_duration: Duration,
     /// From the last disruption until every job had settled.
     pub recovery: Duration,
@@ -102,6 +105,7 @@ impl ChaosReport {
             && self.duplicate_tasks == 0
             && self.duplicate_effects == 0
             && self.missing_effects == 0
+            && self.interjection_violations == 0
     }
 }
 
@@ -131,6 +135,11 @@ impl fmt::Display for ChaosReport {
         writeln!(f, "repeated LLM turns:   {}", self.repeated_turns)?;
         writeln!(f, "duplicate successes:  {}", self.duplicate_successes)?;
         writeln!(f, "duplicate tasks:      {}", self.duplicate_tasks)?;
+        writeln!(
+            f,
+            "interjections:        {} posted, {} not read exactly once",
+            self.interjections, self.interjection_violations
+        )?;
         writeln!(f, "side effects twice:   {}", self.duplicate_effects)?;
         writeln!(
             f,
@@ -187,6 +196,7 @@ impl Rng {
 fn scenarios(counter_url: &str) -> Value {
     json!({"scenarios": [{
         "name": "chaos",
+        "repeat_last": true,
         "turns": [
             {"text": "Writing the file.", "chunk_chars": 2, "chunk_delay_ms": 25,
              "tool_calls": [{"name": "write_file", "arguments": {"path": "note.txt", "content": "x"}}]},
@@ -223,7 +233,6 @@ async fn side_effect_counter() -> anyhow::Result<(String, Arc<Mutex<HashMap<Stri
     Ok((url, counts))
 }
 
-const TURNS: i64 = 3;
 const INSTANCES: [(Service, &str); 6] = [
     (Service::ApiGateway, "api-gateway"),
     (Service::Scheduler, "scheduler"),
@@ -397,10 +406,31 @@ async fn create_tasks(
             anyhow::ensure!(Instant::now() < deadline, "task {i} was never accepted");
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        interject(&http, &base, &token, &id, i).await;
         ids.push(id);
         tokio::time::sleep(spacing).await;
     }
     Ok(ids)
+}
+
+/// Comment on a task just created, so it arrives while the job is queued or running: an
+/// interjection. Retried while the gateway is unreachable; each attempt's text is unique, so
+/// a comment posted twice (an answer lost) is two interjections, each to be delivered once.
+async fn interject(http: &reqwest::Client, base: &str, token: &str, task: &str, i: usize) {
+    for attempt in 0..50 {
+        let body = format!("Note {i}.{attempt} from the user: keep going.");
+        let response = http
+            .post(format!("{base}/api/local/tasks/{task}/comments"))
+            .bearer_auth(token)
+            .timeout(Duration::from_secs(15))
+            .json(&json!({"body": body}))
+            .send()
+            .await;
+        if response.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Wait until no job is queued, running or waiting to retry.
@@ -457,15 +487,44 @@ async fn check(stack: &Stack, accepted: &[String], report: &mut ChaosReport) -> 
                                 GROUP BY 1, 2 HAVING count(*) > 1) d",
     )
     .await?;
-    report.repeated_turns = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT j.id FROM jobs j JOIN events e ON e.job_id = j.id
-                                WHERE j.status = 'succeeded' AND e.kind = 'message'
-                                  AND e.payload->>'role' = 'assistant'
-                                GROUP BY j.id HAVING count(*) <> $1) r",
+    // Each turn's message committed once: a succeeded job's assistant messages are the
+    // scenario's turns in order (the last one twice when an interjection beat `complete`).
+    let turns: Vec<String> = sqlx::query_scalar(
+        "SELECT string_agg(e.payload->>'content', '|' ORDER BY e.seq)
+           FROM jobs j JOIN events e ON e.job_id = j.id
+          WHERE j.status = 'succeeded' AND e.kind = 'message' AND e.payload->>'role' = 'assistant'
+          GROUP BY j.id",
     )
-    .bind(TURNS)
-    .fetch_one(&stack.db.pool)
+    .fetch_all(&stack.db.pool)
     .await?;
+    let expected = [
+        "Writing the file.|Recording it.|Done.",
+        "Writing the file.|Recording it.|Done.|Done.",
+    ];
+    report.repeated_turns = turns
+        .iter()
+        .filter(|t| !expected.contains(&t.as_str()))
+        .count() as i64;
+    // Every interjection read exactly once; by a succeeded job always.
+    let interjections: Vec<(String, bool, i64)> = sqlx::query_as(
+        "SELECT j.status, c.delivered_at IS NOT NULL,
+                (SELECT count(*) FROM events e WHERE e.job_id = c.job_id AND e.kind = 'message'
+                    AND e.payload->>'role' = 'user' AND strpos(e.payload->>'content', c.body) > 0)
+           FROM comments c JOIN jobs j ON j.id = c.job_id WHERE c.kind = 'interjection'",
+    )
+    .fetch_all(&stack.db.pool)
+    .await?;
+    report.interjections = interjections.len();
+    report.interjection_violations = interjections
+        .iter()
+        .filter(|(status, delivered, seen)| {
+            let read_once = *seen == 1;
+            let twice = *seen > 1;
+            let marked_wrongly = *delivered && !read_once;
+            let succeeded_unread = status == "succeeded" && !*delivered;
+            twice || marked_wrongly || succeeded_unread
+        })
+        .count();
     let durations: Vec<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM finished_at - created_at)::float8 FROM jobs
           WHERE finished_at IS NOT NULL ORDER BY 1",
