@@ -16,8 +16,13 @@ pub mod trace;
 pub use consumer::{Delivery, Handler, Outcome, RunnerConfig};
 pub use subjects::{InvalidPrefix, Subjects};
 
+/// Messages buffered per subscription before the slowest are dropped.
+pub const SUBSCRIPTION_CAPACITY: usize = 4096;
+
 /// Connect to NATS with the options every MAESTRO service uses: endless reconnects, a name
-/// that shows up in server monitoring, and a bounded request timeout.
+/// that shows up in server monitoring, and a bounded buffer per subscription (a subscriber
+/// that falls behind loses live messages rather than growing without limit; MAESTRO's
+/// consumers of live messages refill from durable sources).
 pub async fn connect(
     url: &str,
     name: &str,
@@ -26,6 +31,7 @@ pub async fn connect(
         .name(name)
         .retry_on_initial_connect()
         .max_reconnects(None)
+        .subscription_capacity(SUBSCRIPTION_CAPACITY)
         .connect(url)
         .await
 }
