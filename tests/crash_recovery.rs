@@ -191,6 +191,7 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         owner: &owner,
         instruction: "finish at once",
         piece: "chat",
+        start_movement: None,
         model: None,
         idempotency_key: None,
         request_hash: "-",

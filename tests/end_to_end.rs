@@ -190,6 +190,7 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         [
             "job_state",
             "job_state",
+            "movement",
             "message",
             "message",
             "message",
@@ -200,9 +201,9 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
             "tool_result",
             "job_state"
         ],
-        "queued, running, system, user, assistant+call, result, assistant+complete, result, succeeded"
+        "queued, running, movement, system, user, assistant+call, result, assistant+complete, result, succeeded"
     );
-    let first_answer = &events[4]["payload"];
+    let first_answer = &events[5]["payload"];
     assert_eq!(first_answer["role"], "assistant");
     assert_eq!(
         first_answer["content"], "I will write the note now.",
@@ -216,21 +217,21 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         first_answer["usage"]["promptTokens"].as_u64().unwrap_or(0) > 0,
         "usage is recorded"
     );
-    let call = &events[5]["payload"];
+    let call = &events[6]["payload"];
     assert_eq!(call["name"], "write_file");
     assert_eq!(
-        call["message_seq"], events[4]["seq"],
+        call["message_seq"], events[5]["seq"],
         "the tool call links to the message that proposed it"
     );
-    let result = &events[6]["payload"];
+    let result = &events[7]["payload"];
     assert_eq!(result["call_id"], call["call_id"]);
     assert_eq!(result["is_error"], false);
     assert_eq!(
         result["content"],
         format!("wrote {} bytes to notes/note.txt", NOTE.len())
     );
-    assert_eq!(events[10]["payload"]["result"], "Wrote notes/note.txt");
-    let second_request_cache = events[7]["payload"]["usage"]["cachedPromptTokens"]
+    assert_eq!(events[11]["payload"]["result"], "Wrote notes/note.txt");
+    let second_request_cache = events[8]["payload"]["usage"]["cachedPromptTokens"]
         .as_u64()
         .unwrap_or(0);
     assert!(

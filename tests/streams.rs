@@ -23,12 +23,13 @@ fn text_of(turn: usize) -> String {
 }
 
 /// Twelve turns of ~500 characters streamed one per delta (over 5,000 deltas), each turn
-/// with a tool call, then `complete`.
+/// with a tool call (a different one each time: the same call five times in a row is a loop
+/// the worker stops), then `complete`.
 fn long_scenario() -> Value {
     let mut turns: Vec<Value> = (0..12)
         .map(|i| {
             json!({"text": text_of(i), "chunk_chars": 1, "chunk_delay_ms": 1,
-                   "tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]})
+                   "tool_calls": [{"name": "glob", "arguments": {"pattern": format!("turn{i}/*")}}]})
         })
         .collect();
     turns.push(json!({"text": "All done.", "tool_calls": [{"name": "complete", "arguments": {"result": "streamed"}}]}));
@@ -60,7 +61,13 @@ async fn read_with_reconnects(
             let Some(item) = stream.next(Duration::from_secs(20)).await else {
                 break;
             };
-            let done = item.event == "job_state" && item.data["payload"]["status"] == "succeeded";
+            let status = item.data["payload"]["status"].clone();
+            let done = item.event == "job_state" && status == "succeeded";
+            assert!(
+                item.event != "job_state" || status != "failed",
+                "the job failed: {}",
+                item.data
+            );
             items.push(item);
             if done {
                 return (items, reconnects);

@@ -59,6 +59,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/local/tasks/{id}", get(routes::tasks::get))
         .route("/api/local/tasks/{id}/events", get(routes::tasks::events))
         .route(
+            "/api/local/tasks/{id}/transcript",
+            get(routes::tasks::transcript),
+        )
+        .route("/api/local/pieces", get(routes::tasks::pieces))
+        .route(
             "/api/local/tasks/{id}/stream",
             get(routes::stream::task_stream),
         )

@@ -28,6 +28,10 @@ pub struct Settings {
     pub sse_keepalive: Duration,
     /// After SIGTERM, how long open requests may take to finish.
     pub shutdown_grace: Duration,
+    /// The pieces tasks may name (built-ins plus `PIECES_DIR`).
+    pub catalog: std::sync::Arc<maestro_domain::piece::Catalog>,
+    /// How a task that names no piece gets one (`PIECE_SELECTION`).
+    pub selection: maestro_runtime::pieces::Selection,
 }
 
 impl std::fmt::Debug for Settings {
@@ -62,8 +66,12 @@ impl Settings {
             .filter(|m| !m.is_empty())
             .map(str::to_owned)
             .collect();
+        let catalog = maestro_runtime::pieces::catalog(env)?;
+        let selection = maestro_runtime::pieces::selection(env, &catalog)?;
         Ok(Self {
             common: CommonSettings::from_env(env)?,
+            catalog: std::sync::Arc::new(catalog),
+            selection,
             addr,
             tokens,
             max_body_bytes: env.parse("MAX_BODY_BYTES", 1024 * 1024)?,

@@ -24,8 +24,17 @@ pub struct Settings {
     pub llm: LlmConfig,
     /// Model used when a task names none.
     pub default_model: String,
-    /// LLM iterations one job may take before it fails.
+    /// LLM iterations one job may take before it fails (each movement also has its piece's
+    /// `max_iterations`).
     pub max_iterations: u32,
+    /// How old a job may grow (from its creation) before it fails; `None`: no limit.
+    pub job_deadline: Option<Duration>,
+    /// The prompt guard's budget: requests are kept within this many (estimated) tokens.
+    pub max_prompt_tokens: usize,
+    /// The pieces jobs run (built-ins plus `PIECES_DIR`).
+    pub catalog: maestro_domain::piece::Catalog,
+    /// The piece the router falls back to.
+    pub default_piece: String,
     /// Longest a single tool call may take.
     pub tool_timeout: Duration,
     /// First retry delay after a recoverable error; doubled per attempt, with jitter.
@@ -48,8 +57,15 @@ impl Settings {
         {
             return Err(env.invalid("WORKER_PROFILE", "letters, digits, '-' and '_' only"));
         }
+        let catalog = maestro_runtime::pieces::catalog(env)?;
+        let default_piece = maestro_runtime::pieces::default_piece(env, &catalog)?;
+        let job_deadline = env.millis("JOB_DEADLINE_MS", Duration::from_secs(3600))?;
         Ok(Self {
             common: CommonSettings::from_env(env)?,
+            job_deadline: (!job_deadline.is_zero()).then_some(job_deadline),
+            max_prompt_tokens: env.parse("MAX_PROMPT_TOKENS", 100_000)?,
+            catalog,
+            default_piece,
             worker_id: env.string("WORKER_ID", &default_id),
             profile,
             concurrency: env.parse("WORKER_CONCURRENCY", 32)?,
@@ -62,7 +78,7 @@ impl Settings {
                 idle_timeout: env.millis("LLM_IDLE_TIMEOUT_MS", Duration::from_secs(120))?,
             },
             default_model: env.string("LLM_MODEL", "scripted"),
-            max_iterations: env.parse("MAX_ITERATIONS", 30)?,
+            max_iterations: env.parse("MAX_ITERATIONS", 100)?,
             tool_timeout: env.millis("TOOL_TIMEOUT_MS", Duration::from_secs(60))?,
             retry_base: env.millis("RETRY_BASE_MS", Duration::from_secs(1))?,
             retry_max: env.millis("RETRY_MAX_MS", Duration::from_secs(60))?,

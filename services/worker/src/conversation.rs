@@ -1,42 +1,58 @@
-//! The conversation of a job: how it starts (the prompt layout of SPEC §4) and how a
-//! resumed job rebuilds it from its committed events, so that a redelivered job continues
-//! from its last committed step instead of starting over.
-
-use std::collections::HashSet;
+//! The prompt layout of SPEC §4. A job's conversation opens with exactly one system message
+//! (a static preamble, the tool overview, the workspace's AGENTS.md, the piece and its start
+//! movement's guidance) and one user message (dynamic context and the task instruction).
+//! Everything later — the guidance of the next movement, interjections, warnings — is
+//! appended as a `user` message, never inserted earlier, so each request extends the previous
+//! one byte for byte and the LLM's prompt cache keeps serving the prefix.
 
 use chrono::SecondsFormat;
 use maestro_db::jobs::Claimed;
-use maestro_domain::piece::Piece;
+use maestro_domain::Message;
+use maestro_domain::piece::{Movement, Piece};
 use maestro_domain::tools::ToolSpec;
-use maestro_domain::{Event, EventBody, Message, Role, ToolCall};
 
 /// The static part of the system message: the same bytes for every job of a piece, so the
 /// LLM's prompt cache can reuse it. No time, task, files or other per-job data belong here.
 const PREAMBLE: &str = "You are MAESTRO, an agent that carries out a user's task step by step \
 with tools.\n\nRules:\n- Act through the tools you are given. Files live in the task workspace; \
 give paths relative to its root.\n- Read before you change something, and check your work.\n- \
-When the task is done, call `complete` with a short summary of the outcome for the user. \
+The task runs as a piece: a sequence of movements, each with its own guidance. Follow the \
+guidance of the current movement; leave it with `transition` when one of its conditions holds.\n- \
+When the whole task is done, call `complete` with a short summary of the outcome for the user \
+(status `needs_user_input` to ask the user a question, `abort` when it cannot be done). \
 Do not reply with text alone: every reply calls at least one tool.";
 
-/// The first two messages of a new job: one system message (static preamble, tool overview,
-/// movement guidance) and one user message (dynamic context and the task instruction).
-/// Comments that started this job (a follow-up on an earlier one) join the instruction.
-/// Both are the same bytes on every attempt of the job (the time shown is the job's creation
-/// time), so a retried first turn sends the same prompt and reuses the LLM's cache.
-pub fn seed(
-    piece: &Piece,
-    tools: &[ToolSpec],
-    claim: &Claimed,
-    follow_ups: &[String],
-) -> Vec<Message> {
-    let overview: String = tools
+/// What a new job's first two messages are made of, besides the piece.
+#[derive(Debug, Clone, Copy)]
+pub struct Opening<'a> {
+    pub tools: &'a [ToolSpec],
+    pub claim: &'a Claimed,
+    /// Comments that started this job (a follow-up on an earlier one).
+    pub follow_ups: &'a [String],
+    /// The workspace's `AGENTS.md`, when it has one.
+    pub agents_md: Option<&'a str>,
+}
+
+/// The first two messages of a new job that starts in `start`. Both are the same bytes on
+/// every attempt of the job (the time shown is the job's creation time), so a retried first
+/// turn sends the same prompt and reuses the LLM's cache.
+pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> Vec<Message> {
+    let overview: String = opening
+        .tools
         .iter()
-        .map(|t| format!("- `{}`: {}\n", t.name, t.description))
+        .map(|t| format!("- `{}`: {}\n", t.name, first_sentence(&t.description)))
         .collect();
-    let system = format!(
-        "{PREAMBLE}\n\nTools:\n{overview}\n## Movement guidance ({})\n{}",
-        piece.name, piece.guidance
-    );
+    let mut system = format!("{PREAMBLE}\n\nTools:\n{overview}");
+    if let Some(agents) = opening.agents_md.map(str::trim).filter(|a| !a.is_empty()) {
+        system.push_str(&format!("\n## AGENTS.md (from the workspace)\n{agents}\n"));
+    }
+    system.push_str(&format!("\n## Piece: {}\n", piece.name));
+    if !piece.description.is_empty() {
+        system.push_str(&format!("{}\n", piece.description));
+    }
+    system.push('\n');
+    system.push_str(&movement_guidance(piece, start));
+    let claim = opening.claim;
     let mut user = format!(
         "<context>\ntime: {}\ntask: {}\njob: {}\n</context>\n\n<instruction>\n{}\n</instruction>",
         claim.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
@@ -44,129 +60,167 @@ pub fn seed(
         claim.job_no,
         claim.instruction
     );
-    for follow_up in follow_ups {
-        user.push_str(&format!("\n\n<follow-up>\n{follow_up}\n</follow-up>"));
+    if !opening.follow_ups.is_empty() {
+        user.push_str(
+            "\n\n<follow-up>\nThis job follows up an earlier one of the same task; the user \
+             added:\n",
+        );
+        for follow_up in opening.follow_ups {
+            user.push_str(&format!("\n{follow_up}\n"));
+        }
+        user.push_str("</follow-up>");
     }
     vec![Message::system(system), Message::user(user)]
 }
 
-/// A job's conversation as rebuilt from its events.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rebuilt {
-    pub messages: Vec<Message>,
-    /// Calls of the last assistant message that have no result yet.
-    pub pending: Vec<ToolCall>,
-    /// LLM iterations already committed (assistant messages).
-    pub iterations: u32,
-    /// The next `gen_call_<n>` number free for calls whose server gave no id.
-    pub next_generated_id: u32,
+/// The `user` message that opens a later movement: its guidance, with the feedback the
+/// previous movement left (the transition's reason).
+pub fn entering(piece: &Piece, movement: &Movement, from: &str, feedback: &str) -> Message {
+    let mut text = format!("[Movement `{from}` is over; now in `{}`.]\n", movement.name);
+    if !feedback.trim().is_empty() {
+        text.push_str(&format!(
+            "\n<feedback from=\"{from}\">\n{}\n</feedback>\n",
+            feedback.trim()
+        ));
+    }
+    text.push('\n');
+    text.push_str(&movement_guidance(piece, movement));
+    Message::user(text)
 }
 
-/// Rebuild the conversation from a job's events (in `job_seq` order).
-pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
-    let mut rebuilt = Rebuilt {
-        next_generated_id: 1,
-        ..Default::default()
-    };
-    let mut answered: HashSet<String> = HashSet::new();
-    for event in events {
-        match event.body()? {
-            EventBody::Message(m) => {
-                if m.message.role == Role::Assistant {
-                    rebuilt.iterations += 1;
-                    for call in &m.message.tool_calls {
-                        if let Some(n) = call
-                            .id
-                            .strip_prefix("gen_call_")
-                            .and_then(|n| n.parse::<u32>().ok())
-                        {
-                            rebuilt.next_generated_id = rebuilt.next_generated_id.max(n + 1);
-                        }
-                    }
-                }
-                rebuilt.messages.push(m.message);
-            }
-            EventBody::ToolResult(r) => {
-                answered.insert(r.call_id.clone());
-                rebuilt.messages.push(Message::tool(r.call_id, r.content));
-            }
-            EventBody::ToolCall(_) | EventBody::JobState(_) | EventBody::Redispatch(_) => {}
+/// A movement's guidance, checklist and ways out, as the model reads them.
+fn movement_guidance(piece: &Piece, movement: &Movement) -> String {
+    let mut text = format!("## Movement: {}\n", movement.name);
+    if !movement.guidance.is_empty() {
+        text.push_str(&format!("{}\n", movement.guidance));
+    }
+    if let Some(allowed) = &movement.allowed_tools {
+        text.push_str(&format!(
+            "\nTools in this movement: {}.\n",
+            allowed
+                .iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !movement.edit {
+        text.push_str("\nThis movement does not change files.\n");
+    }
+    if !movement.checklist.is_empty() {
+        text.push_str("\nBefore you leave this movement, check:\n");
+        for item in &movement.checklist {
+            text.push_str(&format!("- [ ] {item}\n"));
         }
     }
-    if let Some(last) = rebuilt
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::Assistant)
-    {
-        rebuilt.pending = last
-            .tool_calls
-            .iter()
-            .filter(|c| !answered.contains(&c.id))
-            .cloned()
-            .collect();
+    if movement.transitions.is_empty() {
+        text.push_str("\nWhen the task is done, call `complete`.\n");
+    } else {
+        text.push_str("\nWays out of this movement (call `transition` with the target):\n");
+        for t in &movement.transitions {
+            let condition = if t.condition.is_empty() {
+                "when appropriate"
+            } else {
+                &t.condition
+            };
+            text.push_str(&format!("- `{}`: {condition}\n", t.target));
+        }
+        if piece.movements.len() > 1 {
+            text.push_str("Call `complete` only when the whole task is done.\n");
+        }
     }
-    Ok(rebuilt)
+    text
+}
+
+fn first_sentence(description: &str) -> &str {
+    match description.find(". ") {
+        Some(end) => &description[..=end],
+        None => description,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maestro_domain::{JobId, MessageEvent, TaskId, ToolResultEvent};
+    use maestro_domain::piece::Catalog;
+    use maestro_domain::{JobId, TaskId};
 
-    fn event(seq: i64, body: EventBody) -> Event {
-        Event {
-            task_id: TaskId::new(),
-            seq,
+    fn claim(job_no: i32) -> Claimed {
+        Claimed {
             job_id: JobId::new(),
-            job_seq: seq as i32,
-            kind: body.kind(),
-            payload: body.payload(),
+            task_id: TaskId::new(),
+            job_no,
+            attempt: 1,
+            max_attempts: 3,
+            profile: "default".into(),
+            claim_seq: 2,
+            owner: "dev".into(),
+            instruction: "Fix the bug".into(),
+            piece: "coding".into(),
+            start_movement: None,
+            model: None,
             created_at: chrono::Utc::now(),
         }
     }
 
     #[test]
-    fn a_resumed_job_sees_its_messages_and_the_calls_still_unanswered() {
-        let calls = vec![
-            ToolCall::new("gen_call_1", "write_file", "{}"),
-            ToolCall::new("gen_call_2", "read_file", "{}"),
-        ];
-        let events = vec![
-            event(
-                1,
-                EventBody::Message(MessageEvent::plain(Message::system("s"))),
-            ),
-            event(
-                2,
-                EventBody::Message(MessageEvent::plain(Message::user("u"))),
-            ),
-            event(
-                3,
-                EventBody::Message(MessageEvent::plain(Message::assistant(None, calls.clone()))),
-            ),
-            event(
-                4,
-                EventBody::ToolResult(ToolResultEvent {
-                    call_id: "gen_call_1".into(),
-                    name: "write_file".into(),
-                    content: "ok".into(),
-                    is_error: false,
-                }),
-            ),
-        ];
-        let rebuilt = rebuild(&events).expect("rebuild");
-        assert_eq!(rebuilt.messages.len(), 4, "system, user, assistant, tool");
-        assert_eq!(rebuilt.messages[3], Message::tool("gen_call_1", "ok"));
-        assert_eq!(
-            rebuilt.pending,
-            vec![calls[1].clone()],
-            "only the unanswered call is pending"
+    fn the_system_message_is_the_same_for_every_job_of_a_piece() {
+        let catalog = Catalog::builtin();
+        let coding = catalog.get("coding").expect("coding");
+        let plan = coding.movement("plan").expect("plan");
+        let tools = maestro_domain::tools::builtin_tools();
+        let (first, second) = (claim(1), claim(1));
+        let opening = |claim| Opening {
+            tools: &tools,
+            claim,
+            follow_ups: &[],
+            agents_md: None,
+        };
+        let a = seed(coding, plan, opening(&first));
+        let b = seed(coding, plan, opening(&second));
+        assert_eq!(a[0], b[0], "no per-job data in the system message");
+        assert_ne!(a[1], b[1], "the user message carries the task");
+        let system = a[0].content.as_deref().expect("text");
+        assert!(system.contains("## Movement: plan") && system.contains("- `implement`: "));
+        assert!(system.contains("- [ ] The plan names every file to change."));
+        assert!(!system.contains(&first.task_id.to_string()));
+    }
+
+    #[test]
+    fn a_later_movement_opens_with_its_guidance_and_the_feedback() {
+        let catalog = Catalog::builtin();
+        let coding = catalog.get("coding").expect("coding");
+        let review = coding.movement("review").expect("review");
+        let message = entering(coding, review, "implement", "tests pass");
+        let text = message.content.expect("text");
+        assert!(text.starts_with("[Movement `implement` is over; now in `review`.]"));
+        assert!(text.contains("<feedback from=\"implement\">\ntests pass\n</feedback>"));
+        assert!(text.contains("This movement does not change files."));
+        assert!(text.contains("- `ABORT`: The change cannot be made safely."));
+    }
+
+    #[test]
+    fn follow_ups_join_the_instruction() {
+        let catalog = Catalog::builtin();
+        let chat = catalog.get("chat").expect("chat");
+        let tools = maestro_domain::tools::builtin_tools();
+        let claim = claim(2);
+        let follow_ups = ["Also add a test".to_owned()];
+        let opening = Opening {
+            tools: &tools,
+            claim: &claim,
+            follow_ups: &follow_ups,
+            agents_md: Some("Use tabs."),
+        };
+        let messages = seed(chat, chat.movement(&chat.start).expect("start"), opening);
+        assert!(
+            messages[0]
+                .content
+                .as_deref()
+                .expect("system")
+                .contains("Use tabs.")
         );
-        assert_eq!(rebuilt.iterations, 1);
-        assert_eq!(
-            rebuilt.next_generated_id, 3,
-            "generated ids continue after gen_call_2"
-        );
+        let user = messages[1].content.as_deref().expect("user");
+        assert!(user.contains("follows up an earlier one") && user.contains("Also add a test"));
     }
 }

@@ -60,6 +60,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     });
     let operations = setup::OperationOutcomes::new(js.clone(), &subjects);
     let policy = Arc::new(settings.policy.clone());
+    let catalog = Arc::new(settings.catalog.clone());
     let signals = signals::Signals::default();
     tokio::spawn(
         signals
@@ -74,6 +75,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         settings: Arc::new(settings),
         release,
         policy,
+        catalog,
         operations,
         mcp_tools: Default::default(),
         signals,

@@ -29,6 +29,8 @@ pub struct Claimed {
     pub owner: String,
     pub instruction: String,
     pub piece: String,
+    /// Where the piece starts, when the task says.
+    pub start_movement: Option<String>,
     pub model: Option<String>,
     /// When the job was created (stable across attempts, unlike the claim time).
     pub created_at: DateTime<Utc>,
@@ -71,7 +73,8 @@ pub async fn claim(
         ), t AS (
             UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
               FROM j WHERE tasks.id = j.task_id
-         RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece, tasks.model
+         RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece,
+                   tasks.model, tasks.start_movement
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
@@ -79,7 +82,7 @@ pub async fn claim(
               FROM j, t
         )
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
-               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model
+               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model, t.start_movement
           FROM j, t
         "#,
         job_id.0,
@@ -100,6 +103,7 @@ pub async fn claim(
             owner: r.owner,
             instruction: r.instruction,
             piece: r.piece,
+            start_movement: r.start_movement,
             model: r.model,
             created_at: r.created_at,
         }));

@@ -16,6 +16,8 @@ pub struct NewTask<'a> {
     pub owner: &'a Owner,
     pub instruction: &'a str,
     pub piece: &'a str,
+    /// Where the piece starts, when not at its start movement.
+    pub start_movement: Option<&'a str>,
     pub model: Option<&'a str>,
     pub idempotency_key: Option<&'a str>,
     /// Hash of the request that created the task, to tell a retry from a conflicting reuse
@@ -54,6 +56,23 @@ pub struct JobView {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// Record the piece the router chose for a task created for it (piece `auto`); a task
+/// whose piece is already set keeps it. Returns the task's piece.
+pub async fn resolve_piece(pool: &PgPool, id: TaskId, piece: &str) -> Result<String, DbError> {
+    let row = sqlx::query_scalar!(
+        r#"
+        UPDATE tasks SET piece = CASE WHEN piece = 'auto' THEN $2 ELSE piece END
+         WHERE id = $1
+     RETURNING piece
+        "#,
+        id.0,
+        piece,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(row)
+}
+
 /// Insert the task, its instruction comment, its first job (`queued`) and that job's first
 /// event, in one statement, and return the new task. Returns `None`, writing nothing, when
 /// the owner already used this idempotency key.
@@ -63,8 +82,8 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskView>
         r#"
         WITH task AS (
             INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key,
-                               request_hash, last_seq, job_count)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1)
+                               request_hash, last_seq, job_count, start_movement)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1, $13)
             ON CONFLICT (owner, idempotency_key) DO NOTHING
             RETURNING id, created_at
         ), comment AS (
@@ -92,6 +111,7 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskView>
         new.profile,
         new.max_attempts,
         queued,
+        new.start_movement,
     )
     .fetch_optional(pool)
     .await?;

@@ -21,6 +21,8 @@ pub enum EventKind {
     ToolCall,
     ToolResult,
     Redispatch,
+    Movement,
+    Rewrite,
 }
 
 impl EventKind {
@@ -31,6 +33,8 @@ impl EventKind {
             EventKind::ToolCall => "tool_call",
             EventKind::ToolResult => "tool_result",
             EventKind::Redispatch => "redispatch",
+            EventKind::Movement => "movement",
+            EventKind::Rewrite => "rewrite",
         }
     }
 }
@@ -63,6 +67,8 @@ pub enum EventBody {
     ToolCall(ToolCallEvent),
     ToolResult(ToolResultEvent),
     Redispatch(RedispatchEvent),
+    Movement(MovementEvent),
+    Rewrite(RewriteEvent),
 }
 
 impl EventBody {
@@ -73,6 +79,8 @@ impl EventBody {
             EventBody::ToolCall(_) => EventKind::ToolCall,
             EventBody::ToolResult(_) => EventKind::ToolResult,
             EventBody::Redispatch(_) => EventKind::Redispatch,
+            EventBody::Movement(_) => EventKind::Movement,
+            EventBody::Rewrite(_) => EventKind::Rewrite,
         }
     }
 
@@ -84,6 +92,8 @@ impl EventBody {
             EventBody::ToolCall(p) => serde_json::to_value(p),
             EventBody::ToolResult(p) => serde_json::to_value(p),
             EventBody::Redispatch(p) => serde_json::to_value(p),
+            EventBody::Movement(p) => serde_json::to_value(p),
+            EventBody::Rewrite(p) => serde_json::to_value(p),
         };
         // Serializing these plain structs cannot fail: every field is JSON-representable.
         payload.unwrap_or(Value::Null)
@@ -96,6 +106,8 @@ impl EventBody {
             EventKind::ToolCall => EventBody::ToolCall(serde_json::from_value(payload)?),
             EventKind::ToolResult => EventBody::ToolResult(serde_json::from_value(payload)?),
             EventKind::Redispatch => EventBody::Redispatch(serde_json::from_value(payload)?),
+            EventKind::Movement => EventBody::Movement(serde_json::from_value(payload)?),
+            EventKind::Rewrite => EventBody::Rewrite(serde_json::from_value(payload)?),
         })
     }
 }
@@ -180,6 +192,30 @@ pub struct RedispatchEvent {
     pub reason: String,
     /// The job's claim count at the time.
     pub attempt: i32,
+}
+
+/// The job entered a movement of its piece.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovementEvent {
+    pub name: String,
+    /// The movement it came from (none for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Why: the model's reason for the transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The piece, on a job's first movement event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piece: Option<String>,
+}
+
+/// The prompt guard rewrote the conversation (deduplicated, compacted or summarized it): from
+/// here on the conversation is `messages`, followed by later events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RewriteEvent {
+    /// What was done: `dedup`, `compact`, `summarize`.
+    pub steps: Vec<String>,
+    pub messages: Vec<Message>,
 }
 
 /// The result of a tool call, as the model sees it.

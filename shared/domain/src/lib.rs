@@ -10,11 +10,12 @@ pub mod piece;
 pub mod policy;
 pub mod stream_id;
 pub mod tools;
+pub mod transcript;
 pub mod webhook;
 
 pub use event::{
-    Event, EventBody, EventKind, JobStateChange, MessageEvent, RedispatchEvent, ToolCallEvent,
-    ToolResultEvent,
+    Event, EventBody, EventKind, JobStateChange, MessageEvent, MovementEvent, RedispatchEvent,
+    RewriteEvent, ToolCallEvent, ToolResultEvent,
 };
 pub use ids::{DeliveryId, JobId, NotificationId, Owner, TaskId, WebhookId};
 pub use job::{JobStatus, WaitReason};

@@ -1,31 +1,392 @@
-//! The built-in pieces a task may name. A piece is a workflow definition; this is the minimal
-//! single-movement catalogue the foundation runs (the YAML piece engine replaces it).
+//! Pieces: workflow definitions in YAML. A piece is a set of movements; each movement is an
+//! agent loop with its own guidance, tool restrictions and allowed transitions; a job runs the
+//! piece from its start movement until a movement completes (or aborts). The format also
+//! accepts TAKT's field names where they mean the same (`steps`, `initial_movement`,
+//! `rules: [{condition, next}]`, `instruction`, `persona`). See `docs/pieces.md`.
 
-/// A workflow definition the worker can run.
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+
+/// The transition target that ends the piece as aborted.
+pub const ABORT: &str = "ABORT";
+/// The transition target that ends the piece as complete (also reached with `complete`).
+pub const COMPLETE: &str = "COMPLETE";
+/// The piece used when a task names none and no other selection is configured.
+pub const DEFAULT_PIECE: &str = "chat";
+/// The piece name that asks for the LLM router to choose the piece when the job starts.
+pub const ROUTER: &str = "auto";
+/// The built-in pieces, shipped with the binaries.
+const BUILTIN: [(&str, &str); 3] = [
+    ("chat.yaml", include_str!("../../../pieces/chat.yaml")),
+    ("coding.yaml", include_str!("../../../pieces/coding.yaml")),
+    (
+        "research.yaml",
+        include_str!("../../../pieces/research.yaml"),
+    ),
+];
+
+/// A validated piece.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Piece {
-    pub name: &'static str,
-    pub description: &'static str,
-    /// Guidance of the (single) movement, placed after the static preamble.
-    pub guidance: &'static str,
+    pub name: String,
+    /// What the piece is for (the router chooses by it).
+    pub description: String,
+    pub start: String,
+    /// Movements a job may enter in all (revisits included).
+    pub max_movements: u32,
+    /// LLM iterations one movement may take (each time it is entered).
+    pub max_iterations: u32,
+    /// Times one movement may be entered (the revisit guard).
+    pub max_visits: u32,
+    pub movements: Vec<Movement>,
 }
 
-/// The piece used when a task names none.
-pub const DEFAULT_PIECE: &str = "chat";
-
-const PIECES: &[Piece] = &[Piece {
-    name: "chat",
-    description: "A single movement: answer the user, using the workspace file tools as needed.",
-    guidance: "Work on the user's task using the tools. Read before you write. When the task is \
-               done, call `complete` with a short summary of the outcome.",
-}];
-
-/// Every built-in piece.
-pub fn pieces() -> &'static [Piece] {
-    PIECES
+/// One step of a piece.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Movement {
+    pub name: String,
+    /// Persona, guidance and instruction, in that order.
+    pub guidance: String,
+    /// Tools this movement may use, within the workspace policy (`None`: all it allows).
+    pub allowed_tools: Option<Vec<String>>,
+    /// Whether this movement may change files (never more than the policy allows).
+    pub edit: bool,
+    pub checklist: Vec<String>,
+    pub transitions: Vec<Transition>,
 }
 
-/// The piece called `name`, if it exists.
-pub fn find(name: &str) -> Option<&'static Piece> {
-    PIECES.iter().find(|p| p.name == name)
+/// A movement's way out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    /// A movement of the piece, or `ABORT` / `COMPLETE`.
+    pub target: String,
+    /// When to take it, as the model is told.
+    pub condition: String,
+}
+
+/// Why a piece file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PieceError {
+    #[error("{source_name}: not a valid piece: {message}")]
+    Syntax {
+        source_name: String,
+        message: String,
+    },
+    #[error("piece {piece}: it has no movements")]
+    NoMovements { piece: String },
+    #[error("piece {piece}: no start movement (set `start_movement`)")]
+    NoStart { piece: String },
+    #[error("piece {piece}: the start movement {start:?} is not one of its movements")]
+    UnknownStart { piece: String, start: String },
+    #[error("piece {piece}: the movement {movement:?} is defined twice")]
+    DuplicateMovement { piece: String, movement: String },
+    #[error(
+        "piece {piece}: movement {movement:?} goes to {target:?}, which is not a movement, ABORT or COMPLETE"
+    )]
+    UnknownTarget {
+        piece: String,
+        movement: String,
+        target: String,
+    },
+    #[error("piece {piece}: a name is 1 to 64 characters of letters, digits, '-' and '_'")]
+    BadName { piece: String },
+    #[error("{0:?} is reserved and cannot name a piece or a movement")]
+    Reserved(String),
+    #[error("two pieces are called {0:?}")]
+    DuplicatePiece(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PieceFile {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default, alias = "initial_movement", alias = "start")]
+    start_movement: Option<String>,
+    #[serde(default)]
+    max_movements: Option<u32>,
+    #[serde(default)]
+    max_iterations: Option<u32>,
+    #[serde(default)]
+    max_visits: Option<u32>,
+    #[serde(alias = "steps")]
+    movements: Vec<MovementFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MovementFile {
+    name: String,
+    #[serde(default)]
+    persona: Option<String>,
+    #[serde(default)]
+    guidance: Option<String>,
+    #[serde(default)]
+    instruction: Option<String>,
+    #[serde(default)]
+    allowed_tools: Option<Vec<String>>,
+    #[serde(default)]
+    edit: Option<bool>,
+    #[serde(default)]
+    checklist: Vec<String>,
+    #[serde(default, alias = "rules")]
+    transitions: Vec<TransitionFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransitionFile {
+    #[serde(default)]
+    condition: String,
+    #[serde(alias = "next")]
+    target: String,
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+impl Piece {
+    /// Parse and validate one piece file (`source_name` names it in errors).
+    pub fn parse(source_name: &str, yaml: &str) -> Result<Self, PieceError> {
+        let file: PieceFile = serde_norway::from_str(yaml).map_err(|e| PieceError::Syntax {
+            source_name: source_name.to_owned(),
+            message: e.to_string(),
+        })?;
+        let piece = file.name.clone();
+        if !valid_name(&piece) {
+            return Err(PieceError::BadName { piece });
+        }
+        if piece == ROUTER {
+            return Err(PieceError::Reserved(piece));
+        }
+        if file.movements.is_empty() {
+            return Err(PieceError::NoMovements { piece });
+        }
+        let mut names = BTreeSet::new();
+        for movement in &file.movements {
+            if !valid_name(&movement.name) {
+                return Err(PieceError::BadName { piece });
+            }
+            if movement.name == ABORT || movement.name == COMPLETE {
+                return Err(PieceError::Reserved(movement.name.clone()));
+            }
+            if !names.insert(movement.name.clone()) {
+                return Err(PieceError::DuplicateMovement {
+                    piece,
+                    movement: movement.name.clone(),
+                });
+            }
+        }
+        let start = match file.start_movement {
+            Some(start) if names.contains(&start) => start,
+            Some(start) => return Err(PieceError::UnknownStart { piece, start }),
+            None if file.movements.len() == 1 => file.movements[0].name.clone(),
+            None => return Err(PieceError::NoStart { piece }),
+        };
+        let movements = file
+            .movements
+            .into_iter()
+            .map(|m| movement(&piece, &names, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            name: piece,
+            description: file.description.trim().to_owned(),
+            start,
+            max_movements: file.max_movements.unwrap_or(20).max(1),
+            max_iterations: file.max_iterations.unwrap_or(30).max(1),
+            max_visits: file.max_visits.unwrap_or(5).max(1),
+            movements,
+        })
+    }
+
+    pub fn movement(&self, name: &str) -> Option<&Movement> {
+        self.movements.iter().find(|m| m.name == name)
+    }
+
+    /// Every transition target of the piece, sorted: the `transition` tool's enum, the same
+    /// in every movement so the tool definitions never change within a piece.
+    pub fn targets(&self) -> Vec<String> {
+        let targets: BTreeSet<&str> = self
+            .movements
+            .iter()
+            .flat_map(|m| m.transitions.iter().map(|t| t.target.as_str()))
+            .collect();
+        targets.into_iter().map(str::to_owned).collect()
+    }
+}
+
+fn movement(
+    piece: &str,
+    names: &BTreeSet<String>,
+    file: MovementFile,
+) -> Result<Movement, PieceError> {
+    for transition in &file.transitions {
+        let target = &transition.target;
+        if !names.contains(target) && target != ABORT && target != COMPLETE {
+            return Err(PieceError::UnknownTarget {
+                piece: piece.to_owned(),
+                movement: file.name.clone(),
+                target: target.clone(),
+            });
+        }
+    }
+    let guidance = [file.persona, file.guidance, file.instruction]
+        .into_iter()
+        .flatten()
+        .map(|part| part.trim().to_owned())
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    Ok(Movement {
+        name: file.name,
+        guidance,
+        allowed_tools: file.allowed_tools,
+        edit: file.edit.unwrap_or(true),
+        checklist: file.checklist,
+        transitions: file
+            .transitions
+            .into_iter()
+            .map(|t| Transition {
+                target: t.target,
+                condition: t.condition.trim().to_owned(),
+            })
+            .collect(),
+    })
+}
+
+/// The pieces a deployment offers: the built-ins and any from the pieces directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Catalog {
+    pieces: BTreeMap<String, Piece>,
+}
+
+impl Catalog {
+    /// The built-in pieces only.
+    pub fn builtin() -> Self {
+        Self::with(Vec::new()).expect("the built-in pieces are valid")
+    }
+
+    /// The built-ins plus `extra` (`(source name, yaml)`); an extra piece may not reuse a
+    /// name.
+    pub fn with(extra: Vec<(String, String)>) -> Result<Self, PieceError> {
+        let mut pieces = BTreeMap::new();
+        let builtin = BUILTIN
+            .iter()
+            .map(|(name, yaml)| (name.to_string(), yaml.to_string()));
+        for (source, yaml) in builtin.chain(extra) {
+            let piece = Piece::parse(&source, &yaml)?;
+            if pieces.contains_key(&piece.name) {
+                return Err(PieceError::DuplicatePiece(piece.name));
+            }
+            pieces.insert(piece.name.clone(), piece);
+        }
+        Ok(Self { pieces })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Piece> {
+        self.pieces.get(name)
+    }
+
+    /// Every piece, by name.
+    pub fn pieces(&self) -> impl Iterator<Item = &Piece> {
+        self.pieces.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_pieces_load() {
+        let catalog = Catalog::builtin();
+        let names: Vec<&str> = catalog.pieces().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["chat", "coding", "research"]);
+        let coding = catalog.get("coding").expect("coding");
+        assert_eq!(coding.start, "plan");
+        assert_eq!(coding.targets(), ["ABORT", "implement", "plan", "review"]);
+        assert!(
+            coding
+                .movement("plan")
+                .expect("plan")
+                .guidance
+                .starts_with("You are a careful")
+        );
+        assert!(!coding.movement("review").expect("review").edit);
+        assert!(
+            catalog.get("chat").expect("chat").targets().is_empty(),
+            "no transitions, no transition tool"
+        );
+    }
+
+    #[test]
+    fn takt_field_names_are_accepted() {
+        let yaml = "name: takt\ninitial_movement: a\nsteps:\n  - name: a\n    persona: P\n    instruction: I\n    rules:\n      - condition: done\n        next: b\n  - name: b\n";
+        let piece = Piece::parse("takt.yaml", yaml).expect("takt piece");
+        assert_eq!(piece.start, "a");
+        let a = piece.movement("a").expect("a");
+        assert_eq!(a.guidance, "P\n\nI");
+        assert_eq!(
+            a.transitions,
+            [Transition {
+                target: "b".into(),
+                condition: "done".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn invalid_pieces_are_refused_with_clear_errors() {
+        let parse = |yaml: &str| Piece::parse("x.yaml", yaml).expect_err("invalid");
+        assert!(matches!(
+            parse("name: p\nmovements: []\n"),
+            PieceError::NoMovements { .. }
+        ));
+        assert!(matches!(
+            parse("name: p\nmovements:\n  - name: a\n  - name: b\n"),
+            PieceError::NoStart { .. }
+        ));
+        assert!(matches!(
+            parse("name: p\nstart_movement: c\nmovements:\n  - name: a\n"),
+            PieceError::UnknownStart { .. }
+        ));
+        assert!(matches!(
+            parse("name: p\nmovements:\n  - name: a\n  - name: a\nstart_movement: a\n"),
+            PieceError::DuplicateMovement { .. }
+        ));
+        let unknown =
+            parse("name: p\nmovements:\n  - name: a\n    transitions:\n      - target: nowhere\n");
+        assert_eq!(
+            unknown.to_string(),
+            "piece p: movement \"a\" goes to \"nowhere\", which is not a movement, ABORT or COMPLETE"
+        );
+        assert!(matches!(
+            parse("name: p\nmovements:\n  - name: a\n    colour: red\n"),
+            PieceError::Syntax { .. }
+        ));
+        assert!(matches!(
+            parse("name: 'a b'\nmovements:\n  - name: a\n"),
+            PieceError::BadName { .. }
+        ));
+        assert_eq!(
+            parse("name: auto\nmovements:\n  - name: a\n"),
+            PieceError::Reserved("auto".into())
+        );
+        assert_eq!(
+            parse("name: p\nmovements:\n  - name: ABORT\n"),
+            PieceError::Reserved("ABORT".into())
+        );
+        let dup = Catalog::with(vec![(
+            "c.yaml".into(),
+            "name: chat\nmovements:\n  - name: a\n".into(),
+        )]);
+        assert_eq!(dup, Err(PieceError::DuplicatePiece("chat".into())));
+    }
 }

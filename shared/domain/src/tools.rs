@@ -163,17 +163,54 @@ pub fn edits_files(name: &str) -> bool {
     matches!(name, "write_file" | "edit_file" | "shell")
 }
 
-/// The `complete` tool: ends the movement with a result.
+/// Name of the tool that moves a piece to another movement (or to `COMPLETE` / `ABORT`).
+pub const TRANSITION: &str = "transition";
+
+/// How a `complete` call ends the piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompleteStatus {
+    /// The task is done.
+    Success,
+    /// The model needs an answer from the user before it can go on (the job asks and waits).
+    NeedsUserInput,
+    /// The task cannot be done.
+    Abort,
+}
+
+/// The `complete` tool: ends the piece with a result and a status.
 pub fn complete_tool() -> ToolSpec {
     spec(
         COMPLETE,
-        "Finish the task. Call it once the work is done, with a short summary of the outcome.",
-        json!({
-            "type": "object",
-            "properties": {"result": {"type": "string", "description": "What was done, for the user."}},
-            "required": ["result"],
-            "additionalProperties": false
-        }),
+        "Finish the task. Call it alone, once the work is done (status `success`), when you \
+         need an answer from the user to go on (`needs_user_input`, with the question as the \
+         result), or when the task cannot be done (`abort`, with the reason).",
+        object(
+            json!({
+                "result": {"type": "string", "description": "For the user: what was done, the question, or why not."},
+                "status": {"type": "string", "enum": ["success", "needs_user_input", "abort"], "description": "Defaults to success."}
+            }),
+            &["result"],
+        ),
+        Idempotency::ReadOnly,
+    )
+}
+
+/// The `transition` tool of a piece: `targets` is every transition target in the piece (the
+/// same enum in every movement, so the definition never changes within a piece). Which
+/// targets the current movement allows is said in its guidance and checked on each call.
+pub fn transition_tool(targets: &[String]) -> ToolSpec {
+    spec(
+        TRANSITION,
+        "Leave the current movement for one of the targets its guidance lists, when that \
+         target's condition holds. Call it alone, as the last thing in a movement.",
+        object(
+            json!({
+                "target": {"type": "string", "enum": targets, "description": "The movement to go to, or COMPLETE / ABORT."},
+                "reason": {"type": "string", "description": "Why: what was done, or what the next movement must fix."}
+            }),
+            &["target", "reason"],
+        ),
         Idempotency::ReadOnly,
     )
 }

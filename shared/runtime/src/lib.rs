@@ -5,6 +5,7 @@
 pub mod env;
 pub mod http_trace;
 pub mod infra;
+pub mod pieces;
 pub mod shutdown;
 pub mod telemetry;
 

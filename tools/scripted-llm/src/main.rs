@@ -1,7 +1,9 @@
 //! `scripted-llm`: a deterministic OpenAI-compatible chat-completions server driven by a
 //! scenario file, for MAESTRO's tests and demo. See `docs/scripted-llm.md`.
 //!
-//! Usage: `scripted-llm [--addr 127.0.0.1:8000] [--scenarios FILE]`. Prints
+//! Usage: `scripted-llm [--addr 127.0.0.1:8000] [--scenarios FILE] [--upstream URL]`. With
+//! `--upstream`, every request is also sent to that real OpenAI-compatible server (for one
+//! token), and its `usage` replaces the scripted estimate. Prints
 //! `MAESTRO_READY service=scripted-llm addr=<addr>` on stdout once listening.
 
 mod scenario;
@@ -17,13 +19,17 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let mut addr = "127.0.0.1:8000".to_owned();
     let mut file = None;
+    let mut upstream = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--addr" => addr = args.next().context("--addr needs a value")?,
             "--scenarios" => file = Some(args.next().context("--scenarios needs a value")?),
+            "--upstream" => upstream = Some(args.next().context("--upstream needs a URL")?),
             "-h" | "--help" => {
-                println!("usage: scripted-llm [--addr HOST:PORT] [--scenarios FILE]");
+                println!(
+                    "usage: scripted-llm [--addr HOST:PORT] [--scenarios FILE] [--upstream URL]"
+                );
                 return Ok(());
             }
             other => anyhow::bail!("unknown argument {other:?} (try --help)"),
@@ -40,6 +46,15 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("bind {addr}"))?;
     maestro_runtime::announce_ready("scripted-llm", Some(listener.local_addr()?));
-    axum::serve(listener, server::router(scenarios)).await?;
+    let upstream = match upstream {
+        None => None,
+        Some(base_url) => Some(server::Upstream {
+            http: maestro_runtime::http_client()
+                .timeout(std::time::Duration::from_secs(300))
+                .build()?,
+            base_url,
+        }),
+    };
+    axum::serve(listener, server::router(scenarios, upstream)).await?;
     Ok(())
 }

@@ -33,11 +33,57 @@ pub struct Server {
     served: Mutex<HashMap<(String, usize), u32>>,
     last_prompt: Mutex<HashMap<String, Vec<u8>>>,
     next_id: AtomicU64,
+    /// A real server each request is also sent to, for its true usage and cache figures.
+    upstream: Option<Upstream>,
 }
 
-pub fn router(scenarios: Scenarios) -> Router {
+/// A real OpenAI-compatible server that sees every request (generating one token) so its
+/// `usage` — prompt tokens and the prompt-cache reuse it really achieved — replaces the
+/// scripted estimate, while the answer itself stays scripted (such servers with small models
+/// do not make tool calls).
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub http: reqwest::Client,
+    /// The base URL with the version path, e.g. `http://127.0.0.1:8089/v1`.
+    pub base_url: String,
+}
+
+impl Upstream {
+    async fn usage(&self, body: &Value) -> Result<Value, String> {
+        let mut body = body.clone();
+        if let Some(object) = body.as_object_mut() {
+            object.insert("stream".into(), Value::Bool(false));
+            object.insert("max_tokens".into(), json!(1));
+            object.insert("cache_prompt".into(), Value::Bool(true));
+            object.remove("stream_options");
+        }
+        let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
+        let response = self
+            .http
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| format!("upstream: {e}"))?;
+        let status = response.status();
+        let answer: Value = response
+            .json()
+            .await
+            .map_err(|e| format!("upstream answer: {e}"))?;
+        if !status.is_success() {
+            return Err(format!("upstream answered {status}: {answer}"));
+        }
+        answer
+            .get("usage")
+            .cloned()
+            .ok_or_else(|| "upstream answer without usage".to_owned())
+    }
+}
+
+pub fn router(scenarios: Scenarios, upstream: Option<Upstream>) -> Router {
     let server = Arc::new(Server {
         scenarios: RwLock::new(scenarios),
+        upstream,
         ..Default::default()
     });
     Router::new()
@@ -191,7 +237,18 @@ async fn chat(State(server): State<Arc<Server>>, body: Bytes) -> Response {
         }
         return response;
     }
-    let usage = server.usage(&asked, &turn);
+    let mut usage = server.usage(&asked, &turn);
+    if let Some(upstream) = &server.upstream {
+        match upstream.usage(&body).await {
+            Ok(real) => {
+                usage["prompt_tokens"] = real["prompt_tokens"].clone();
+                usage["prompt_tokens_details"] = json!({
+                    "cached_tokens": real.pointer("/prompt_tokens_details/cached_tokens").cloned().unwrap_or(json!(0))
+                });
+            }
+            Err(e) => return error(StatusCode::BAD_GATEWAY, e),
+        }
+    }
     let drop_after = turn
         .drop_after_chunks
         .as_ref()

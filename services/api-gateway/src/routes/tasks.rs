@@ -22,8 +22,12 @@ use crate::views::TaskJson;
 #[serde(deny_unknown_fields)]
 pub struct CreateTask {
     pub instruction: String,
+    /// A piece by name, or `auto` for the router; the configured selection when absent.
     #[serde(default)]
     pub piece: Option<String>,
+    /// Start at this movement of the piece instead of its start movement.
+    #[serde(default)]
+    pub start_movement: Option<String>,
     #[serde(default)]
     pub model: Option<String>,
 }
@@ -31,7 +35,8 @@ pub struct CreateTask {
 /// A validated [`CreateTask`].
 struct Valid {
     instruction: String,
-    piece: &'static str,
+    piece: String,
+    start_movement: Option<String>,
     model: Option<String>,
 }
 
@@ -50,17 +55,36 @@ fn validate(state: &AppState, body: CreateTask) -> Result<Valid, ApiError> {
             format!("instruction is longer than {max} bytes"),
         ));
     }
-    let piece = match body.piece.as_deref() {
-        None => piece::DEFAULT_PIECE,
-        Some(name) => match piece::find(name) {
-            Some(piece) => piece.name,
-            None => {
-                let known: Vec<&str> = piece::pieces().iter().map(|p| p.name).collect();
-                let message = format!("unknown piece {name:?}; known pieces: {}", known.join(", "));
-                return Err(ApiError::invalid("unknown_piece", message));
-            }
-        },
-    };
+    let catalog = &state.settings.catalog;
+    let piece = body
+        .piece
+        .unwrap_or_else(|| state.settings.selection.piece().to_owned());
+    let found = catalog.get(&piece);
+    if found.is_none() && piece != piece::ROUTER {
+        let known: Vec<&str> = catalog.pieces().map(|p| p.name.as_str()).collect();
+        let message = format!(
+            "unknown piece {piece:?}; known pieces: {} (or {:?} to let the router choose)",
+            known.join(", "),
+            piece::ROUTER
+        );
+        return Err(ApiError::invalid("unknown_piece", message));
+    }
+    if let Some(start) = &body.start_movement {
+        let Some(found) = found else {
+            return Err(ApiError::invalid(
+                "invalid_start_movement",
+                "start_movement needs a piece named explicitly, not the router",
+            ));
+        };
+        if found.movement(start).is_none() {
+            let known: Vec<&str> = found.movements.iter().map(|m| m.name.as_str()).collect();
+            let message = format!(
+                "piece {piece:?} has no movement {start:?}; its movements: {}",
+                known.join(", ")
+            );
+            return Err(ApiError::invalid("invalid_start_movement", message));
+        }
+    }
     if let Some(model) = &body.model {
         let well_formed = !model.is_empty()
             && model.len() <= 128
@@ -85,6 +109,7 @@ fn validate(state: &AppState, body: CreateTask) -> Result<Valid, ApiError> {
     Ok(Valid {
         instruction,
         piece,
+        start_movement: body.start_movement,
         model: body.model,
     })
 }
@@ -107,7 +132,8 @@ fn request_hash(valid: &Valid) -> String {
     let mut hasher = Sha256::new();
     for part in [
         valid.instruction.as_str(),
-        valid.piece,
+        valid.piece.as_str(),
+        valid.start_movement.as_deref().unwrap_or(""),
         valid.model.as_deref().unwrap_or(""),
     ] {
         hasher.update((part.len() as u64).to_le_bytes());
@@ -137,7 +163,8 @@ pub async fn create(
         job_id,
         owner: &owner,
         instruction: &valid.instruction,
-        piece: valid.piece,
+        piece: &valid.piece,
+        start_movement: valid.start_movement.as_deref(),
         model: valid.model.as_deref(),
         idempotency_key: key.as_deref(),
         request_hash: &hash,
@@ -147,7 +174,7 @@ pub async fn create(
     let Some(task) = maestro_db::tasks::create(&state.pool, &new).await? else {
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
     };
-    tracing::info!(%task_id, %job_id, piece = valid.piece, "task created");
+    tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");
     dispatch(
         &state,
         JobDispatch {
@@ -304,4 +331,50 @@ pub async fn events(
     let events = maestro_db::events::list(&state.pool, id, after, limit).await?;
     let next_after = events.last().map_or(after, |e| e.seq);
     Ok(Json(EventPage { events, next_after }))
+}
+
+/// `GET /api/local/tasks/{id}/transcript`: the task's conversation as the model saw it, one
+/// thread per job (each opening with its system message), after any prompt-guard rewrite.
+pub async fn transcript(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id: TaskId = parse_id(&id, "task")?;
+    if !maestro_db::tasks::exists(&state.pool, &owner, id).await? {
+        return Err(ApiError::NotFound("task"));
+    }
+    let events = maestro_db::events::list(&state.pool, id, 0, i64::MAX).await?;
+    let lines = maestro_domain::transcript::transcript(&events)
+        .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("a stored event is unreadable: {e}")))?;
+    Ok(Json(
+        serde_json::json!({ "task_id": id, "messages": lines }),
+    ))
+}
+
+/// `GET /api/local/pieces`: the pieces tasks may name, with their movements.
+pub async fn pieces(
+    State(state): State<AppState>,
+    Caller(_owner): Caller,
+) -> Json<serde_json::Value> {
+    let pieces: Vec<serde_json::Value> = state
+        .settings
+        .catalog
+        .pieces()
+        .map(|p| {
+            serde_json::json!({
+                "name": p.name,
+                "description": p.description,
+                "start_movement": p.start,
+                "movements": p.movements.iter().map(|m| serde_json::json!({
+                    "name": m.name,
+                    "transitions": m.transitions.iter().map(|t| &t.target).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Json(serde_json::json!({
+        "pieces": pieces,
+        "default": state.settings.selection.piece(),
+    }))
 }

@@ -1,7 +1,7 @@
 //! Running the tool calls of an assistant message: each call is checked against the tool
 //! policy, read-only calls are answered from the job's cache when the workspace has not
 //! changed, regular calls go to the tool-runner (all at once when every one is read-only, in
-//! order otherwise), then `complete` ends the job.
+//! order otherwise), then `transition` / `complete` move the piece on or end it.
 //!
 //! Side-effecting calls go through the operation ledger: `started` is committed before the
 //! request, the outcome after the reply. A resumed job that finds a call `started` without an
@@ -11,6 +11,8 @@
 
 use futures::future::join_all;
 use maestro_db::operations::{self, NewOperation, Operation};
+use maestro_domain::piece::Movement;
+use maestro_domain::policy::wildcard;
 use maestro_domain::tools::{
     self, Idempotency, OperationRecord, ToolExecReply, ToolExecRequest, ToolSpec,
 };
@@ -20,8 +22,6 @@ use serde_json::Value;
 use super::{JobEnd, JobError, JobRun};
 use crate::tool_client;
 
-/// The movement calls belong to (the piece engine names them; the foundation has one).
-const MOVEMENT: &str = "main";
 /// A ledgered request reaches a tool-runner, which records it, well within this time; an
 /// operation started longer ago without any record never ran.
 const UNSEEN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -47,13 +47,15 @@ impl From<maestro_db::DbError> for CallError {
 }
 
 impl JobRun<'_> {
-    /// Run the calls of an assistant message and commit their results; `complete` ends the job.
+    /// Run the calls of an assistant message and commit their results (with what a
+    /// `transition` brings); a final call may end the job.
     pub(super) async fn run_calls(
         &mut self,
         calls: Vec<ToolCall>,
     ) -> Result<Option<JobEnd>, JobError> {
-        let (finals, regular): (Vec<ToolCall>, Vec<ToolCall>) =
-            calls.into_iter().partition(|c| c.name() == tools::COMPLETE);
+        let (finals, regular): (Vec<ToolCall>, Vec<ToolCall>) = calls
+            .into_iter()
+            .partition(|c| c.name() == tools::COMPLETE || c.name() == tools::TRANSITION);
         if !regular.is_empty() {
             // What the model asked for is durable before anything touches the world.
             self.commit(None).await?;
@@ -83,51 +85,31 @@ impl JobRun<'_> {
                 Some(CallError::Job(e)) => return Err(e),
             }
         }
-        let mut finals = finals.into_iter();
-        if let Some(complete) = finals.next() {
-            match complete_result(&complete) {
-                Ok(result) => {
-                    self.record_result(&complete, "ok".to_owned(), false);
-                    let extras: Vec<ToolCall> = finals.collect();
-                    if extras.is_empty()
-                        && let Some(end) = self.succeed(result).await?
-                    {
-                        return Ok(Some(end));
-                    }
-                    if extras.is_empty() {
-                        // An interjection came in first: the model reads it before finishing.
-                        let note = "Error: the user sent a message before the task was complete; \
-                                    read it, then call `complete` again";
-                        self.record_result(&complete, note.to_owned(), true);
-                    } else {
-                        self.unsaved.pop();
-                        self.messages.pop();
-                        let note = "Error: call `complete` once, alone";
-                        self.record_result(&complete, note.to_owned(), true);
-                        for extra in extras {
-                            self.record_result(&extra, note.to_owned(), true);
-                        }
-                    }
-                }
-                Err(error) => self.record_result(&complete, error, true),
-            }
+        if let Some(end) = self.run_finals(finals).await? {
+            return Ok(Some(end));
         }
         self.commit(None).await?;
         Ok(None)
     }
 
-    /// Results of the calls, in order, up to the first call that got none (and why).
+    /// Results of the calls, in order, up to the first call that got none (and why). Runs
+    /// of consecutive read-only calls go out in parallel; any other call runs alone, in order.
     async fn execute_all(
         &mut self,
         calls: &[ToolCall],
     ) -> (Vec<(String, bool)>, Option<CallError>) {
-        let read_only = calls
-            .iter()
-            .all(|c| self.spec(c).is_some_and(ToolSpec::is_read_only));
-        if read_only {
-            let outcomes = join_all(calls.iter().map(|c| self.execute(c))).await;
-            let mut results = Vec::with_capacity(outcomes.len());
-            for (call, outcome) in calls.iter().zip(outcomes) {
+        let mut results = Vec::with_capacity(calls.len());
+        let mut rest = calls;
+        while !rest.is_empty() {
+            let batch = rest
+                .iter()
+                .take_while(|c| self.spec(c).is_some_and(ToolSpec::is_read_only))
+                .count()
+                .max(1);
+            let (now, later) = rest.split_at(batch);
+            rest = later;
+            let outcomes = join_all(now.iter().map(|c| self.execute(c))).await;
+            for (call, outcome) in now.iter().zip(outcomes) {
                 match outcome {
                     Ok(result) => {
                         self.remember(call, &result);
@@ -136,26 +118,12 @@ impl JobRun<'_> {
                     Err(e) => return (results, Some(e)),
                 }
             }
-            (results, None)
-        } else {
-            let mut results = Vec::with_capacity(calls.len());
-            for call in calls {
-                match self.execute(call).await {
-                    Ok(result) => {
-                        self.remember(call, &result);
-                        results.push(result);
-                    }
-                    Err(e) => return (results, Some(e)),
-                }
-            }
-            (results, None)
         }
+        (results, None)
     }
 
     fn spec(&self, call: &ToolCall) -> Option<&ToolSpec> {
-        self.tools
-            .iter()
-            .find(|t| t.name == call.name() && t.name != tools::COMPLETE)
+        self.tools.iter().find(|t| t.name == call.name())
     }
 
     /// Keep a read-only result for the rest of the job; any other call may change the
@@ -186,15 +154,18 @@ impl JobRun<'_> {
             Err(error) => return Ok((error, true)),
         };
         let policy = &self.shared.policy;
-        if let Some(refusal) = policy.refusal(&spec.name, &arguments, &[]) {
+        if let Some(refusal) = policy.refusal(&spec.name, &arguments, &self.granted) {
+            return Ok((format!("Error: {refusal}"), true));
+        }
+        if let Some(refusal) = movement_refusal(self.movement(), &spec.name) {
             return Ok((format!("Error: {refusal}"), true));
         }
         if let Some(cached) = self.cache.get(&cache_key(call)) {
             return Ok((cached.clone(), false));
         }
         let operation_id = format!(
-            "{}/{MOVEMENT}/{}/{}",
-            self.claim.job_id, self.iterations, call.id
+            "{}/{}/{}/{}",
+            self.claim.job_id, self.place.movement, self.iterations, call.id
         );
         let ledgered = spec.idempotency == Idempotency::SideEffecting;
         if ledgered {
@@ -234,9 +205,10 @@ impl JobRun<'_> {
         // The tool-runner stops the tool at its timeout and still answers; wait a little longer.
         let wait = settings.tool_timeout + std::time::Duration::from_secs(5);
         let subject = self.shared.subjects.tools_exec();
-        let reply = tool_client::execute(&self.shared.nats, subject, &request, wait)
-            .await
-            .map_err(CallError::Unavailable)?;
+        let sent = std::time::Instant::now();
+        let reply = tool_client::execute(&self.shared.nats, subject, &request, wait).await;
+        super::Waits::add(&self.waits.tools_us, sent);
+        let reply = reply.map_err(CallError::Unavailable)?;
         if reply.not_run {
             return Err(CallError::Unavailable(tool_client::Unavailable(
                 reply.output,
@@ -341,7 +313,7 @@ fn cache_key(call: &ToolCall) -> String {
     format!("{}\u{0}{arguments}", call.name())
 }
 
-fn parse_arguments(raw: &str) -> Result<Value, String> {
+pub(super) fn parse_arguments(raw: &str) -> Result<Value, String> {
     let raw = if raw.trim().is_empty() { "{}" } else { raw };
     match serde_json::from_str::<Value>(raw) {
         Ok(value) if value.is_object() => Ok(value),
@@ -350,11 +322,51 @@ fn parse_arguments(raw: &str) -> Result<Value, String> {
     }
 }
 
-/// The `result` of a `complete` call, or the error the model gets back.
-fn complete_result(call: &ToolCall) -> Result<String, String> {
-    let arguments = parse_arguments(&call.function.arguments)?;
-    match arguments.get("result").and_then(|r| r.as_str()) {
-        Some(result) if !result.trim().is_empty() => Ok(result.to_owned()),
-        _ => Err("Error: `complete` needs a non-empty `result` string".to_owned()),
+/// Why the current movement refuses a tool the policy allows: it is not among the
+/// movement's `allowed_tools` (wildcards allowed), or it writes files in a movement without
+/// `edit`. (`shell` is left to `allowed_tools` and the policy's command rules.)
+pub(super) fn movement_refusal(movement: &Movement, tool: &str) -> Option<String> {
+    if let Some(allowed) = &movement.allowed_tools
+        && !allowed.iter().any(|pattern| wildcard(pattern, tool))
+    {
+        return Some(format!(
+            "movement `{}` does not use `{tool}`; its tools: {}",
+            movement.name,
+            allowed.join(", ")
+        ));
+    }
+    if !movement.edit && matches!(tool, "write_file" | "edit_file") {
+        return Some(format!(
+            "movement `{}` does not change files, so `{tool}` is refused",
+            movement.name
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maestro_domain::piece::Catalog;
+
+    #[test]
+    fn movements_narrow_the_tools() {
+        let catalog = Catalog::builtin();
+        let coding = catalog.get("coding").expect("coding");
+        let review = coding.movement("review").expect("review");
+        assert_eq!(movement_refusal(review, "read_file"), None);
+        let refused = movement_refusal(review, "write_file").expect("refused");
+        assert!(refused.contains("does not use `write_file`"), "{refused}");
+        let implement = coding.movement("implement").expect("implement");
+        assert_eq!(
+            movement_refusal(implement, "write_file"),
+            None,
+            "no allowed_tools: all"
+        );
+        let mut read_only = implement.clone();
+        read_only.edit = false;
+        read_only.allowed_tools = Some(vec!["*".into()]);
+        assert!(movement_refusal(&read_only, "edit_file").is_some());
+        assert_eq!(movement_refusal(&read_only, "mcp__files__read"), None);
     }
 }

@@ -1,20 +1,65 @@
 //! The tools a job offers the model: the built-ins, the tools of the workspace's MCP servers
 //! (listed once through a tool-runner and kept for the life of the worker, so the `tools`
-//! array has the same bytes in every request), and `complete`, in that order.
+//! array has the same bytes in every request), the piece's `transition` (when it has targets)
+//! and `complete`, in that order — the same bytes for every request of a piece.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use maestro_domain::tools::{self, McpListReply, McpListRequest, McpTarget, ToolSpec};
+use maestro_db::jobs::Claimed;
+use maestro_domain::piece::Piece;
+use maestro_domain::tools::{
+    self, McpListReply, McpListRequest, McpTarget, ToolExecRequest, ToolSpec,
+};
 
 use super::Shared;
+use crate::tool_client;
 
 /// The offered tools, in their fixed order.
-pub(super) async fn tools(shared: &Shared) -> Vec<ToolSpec> {
+pub(super) async fn tools(shared: &Shared, piece: &Piece) -> Vec<ToolSpec> {
     let mut tools = tools::builtin_tools();
     tools.extend(mcp_tools(shared).await);
+    let targets = piece.targets();
+    if !targets.is_empty() {
+        tools.push(tools::transition_tool(&targets));
+    }
     tools.push(tools::complete_tool());
     tools
+}
+
+/// The task workspace's `AGENTS.md`, read through a tool-runner (the worker has no access to
+/// workspaces), when the file exists and the policy lets the job read files.
+pub(super) async fn agents_md(shared: &Shared, claim: &Claimed) -> Option<String> {
+    let arguments = serde_json::json!({"path": "AGENTS.md"});
+    if shared
+        .policy
+        .refusal("read_file", &arguments, &[])
+        .is_some()
+    {
+        return None;
+    }
+    let request = ToolExecRequest {
+        task_id: claim.task_id,
+        job_id: claim.job_id,
+        call_id: "agents_md".to_owned(),
+        operation_id: format!("{}/agents_md", claim.job_id),
+        tool: "read_file".to_owned(),
+        arguments,
+        timeout_ms: 5_000,
+        network: false,
+        allowed_hosts: Vec::new(),
+        ledgered: false,
+        mcp: None,
+    };
+    let subject = shared.subjects.tools_exec();
+    match tool_client::execute(&shared.nats, subject, &request, Duration::from_secs(5)).await {
+        Ok(reply) if reply.ok => Some(reply.output),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read AGENTS.md; the job starts without it");
+            None
+        }
+    }
 }
 
 /// The MCP servers' tools, listed on first use. A server that cannot be listed now is tried

@@ -2,7 +2,8 @@
 //! completion; the call is abandoned when the job's lease is lost or the worker releases it.
 
 use maestro_db::jobs::Fenced;
-use maestro_llm::{Accumulator, ChatRequest, Completion, LlmError, StreamEvent};
+use maestro_domain::{Message, Usage};
+use maestro_llm::{Accumulator, ChatRequest, Completion, LlmClient, LlmError, StreamEvent};
 use maestro_messaging::payloads::DeltaFragment;
 
 use super::{JobError, JobRun};
@@ -25,6 +26,7 @@ impl JobRun<'_> {
             messages: &self.messages,
         };
         let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());
+        let waited = std::time::Instant::now();
         let started = tokio::select! {
             started = self.shared.llm.stream_chat(request) => started,
             _ = lost.cancelled() => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
@@ -34,13 +36,16 @@ impl JobRun<'_> {
             Ok(stream) => stream,
             Err(e) => return Ok(Err(Interrupt::Llm(e))),
         };
+        super::Waits::add(&self.waits.llm_us, waited);
         let mut acc = Accumulator::default();
         loop {
+            let waited = std::time::Instant::now();
             let next = tokio::select! {
                 next = stream.next() => next,
                 _ = lost.cancelled() => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
                 _ = release.cancelled() => return Ok(Err(Interrupt::Released)),
             };
+            super::Waits::add(&self.waits.llm_us, waited);
             let Some(event) = next else { break };
             let event = match event {
                 Ok(event) => event,
@@ -62,6 +67,27 @@ impl JobRun<'_> {
         }
         Ok(Ok(completion))
     }
+}
+
+/// A plain text answer (no tools, no deltas): the router's choice, the prompt guard's
+/// summary.
+pub(super) async fn text(
+    llm: &LlmClient,
+    model: &str,
+    messages: &[Message],
+) -> Result<(String, Option<Usage>), LlmError> {
+    let request = ChatRequest {
+        model,
+        tools: None,
+        messages,
+    };
+    let mut stream = llm.stream_chat(request).await?;
+    let mut acc = Accumulator::default();
+    while let Some(event) = stream.next().await {
+        acc.push(&event?);
+    }
+    let completion = acc.finish();
+    Ok((completion.content.unwrap_or_default(), completion.usage))
 }
 
 /// The live delta for a stream event, if it is one a client shows.

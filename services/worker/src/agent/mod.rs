@@ -1,12 +1,15 @@
-//! The agent loop of one job (one movement of SPEC §3.5, the part the foundation needs):
-//! stream the LLM, commit its message, run the tools it called, commit their results, and
-//! repeat until the model calls `complete`.
+//! The piece engine of one job (SPEC §3.5). The piece loop starts the job in a movement
+//! (resume > the task's start movement > the piece's start), guards against loops and
+//! revisits, and moves on when the model calls `transition`; the movement loop streams the
+//! LLM, commits its message, runs the tools it called, commits their results, and repeats
+//! until the model calls `complete` (or a guard ends the job).
 //!
 //! Commits per iteration are few and deliberate: the assistant message (with its tool calls)
 //! is committed before any tool runs, so what the model asked for is never lost; the tool
-//! results follow in one commit; a message that only calls `complete` is committed together
-//! with the job's final state. A job resumed after a crash rebuilds its conversation from
-//! these events and carries on from the last commit.
+//! results follow in one commit, together with a transition's movement event and the next
+//! movement's guidance; a message that only calls `complete` is committed together with the
+//! job's final state. A job resumed after a crash rebuilds its conversation and its place in
+//! the piece from these events and carries on from the last commit.
 //!
 //! Two signals reach a running job: `lost` (its lease is gone: stop without writing) and the
 //! worker's `release` (shutdown grace is over: hand the job back at the next safe point).
@@ -14,29 +17,35 @@
 mod calls;
 mod catalog;
 mod ending;
+mod finals;
+pub mod guard;
 mod llm;
+pub mod router;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use maestro_db::jobs::{self, Claimed, Fence, Fenced, Transition};
 use maestro_db::{DbError, PgPool};
-use maestro_domain::piece;
+use maestro_domain::piece::{self, Catalog, Movement, Piece};
 use maestro_domain::policy::ToolPolicy;
 use maestro_domain::tools::ToolSpec;
-use maestro_domain::{EventBody, Message, MessageEvent, ToolCall, ToolCallEvent, ToolResultEvent};
+use maestro_domain::{
+    EventBody, Message, MessageEvent, MovementEvent, Role, ToolCall, ToolCallEvent, ToolResultEvent,
+};
 use maestro_llm::LlmClient;
 use maestro_messaging::Subjects;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
-use crate::conversation;
+use crate::conversation::{self, Opening};
 use crate::deltas::DeltaPublisher;
 
 /// How often a job looks for interjections without being signalled.
-const INTERJECTION_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+const INTERJECTION_POLL: Duration = Duration::from_secs(2);
 
 /// Precedes an interjection in the conversation.
 const INTERJECTION_HEADER: &str = "[The user sent this message while you were working]";
@@ -45,7 +54,12 @@ const INTERJECTION_HEADER: &str = "[The user sent this message while you were wo
 const MAX_TEXT_ONLY_REPLIES: u32 = 2;
 
 const TEXT_ONLY_WARNING: &str = "Your last reply called no tool. Continue the task with the \
-tools, and call `complete` when it is done.";
+tools: call `transition` when this movement is done, `complete` when the whole task is.";
+
+/// The same tool calls this many times in a row get a warning...
+const REPEAT_WARN: usize = 3;
+/// ...and this many times end the job.
+const REPEAT_ABORT: usize = 5;
 
 /// What the job came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +101,8 @@ pub struct Shared {
     pub release: CancellationToken,
     /// The workspace tool policy.
     pub policy: Arc<ToolPolicy>,
+    /// The pieces jobs run.
+    pub catalog: Arc<Catalog>,
     /// The tool-runner's record of ledgered operations' outcomes.
     pub operations: maestro_messaging::setup::OperationOutcomes,
     /// The MCP servers' tools, once listed.
@@ -106,15 +122,45 @@ pub struct Delivery {
     pub interjections: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// Where the job is in its piece.
+#[derive(Debug, Clone, Default)]
+struct Place {
+    movement: String,
+    /// Movements entered so far (revisits included), and how often each.
+    entered: u32,
+    visits: BTreeMap<String, u32>,
+    /// LLM iterations in the current movement.
+    iterations: u32,
+    /// The watchdog warned in this movement.
+    warned: bool,
+}
+
+/// Time one iteration spent waiting on others, for the overhead figures.
+#[derive(Debug, Default)]
+struct Waits {
+    llm_us: AtomicU64,
+    tools_us: AtomicU64,
+}
+
+impl Waits {
+    fn add(counter: &AtomicU64, since: Instant) {
+        counter.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
 /// One job being run by this worker.
 pub struct JobRun<'a> {
     shared: &'a Shared,
     claim: &'a Claimed,
     fence: Fence,
     delivery: Delivery,
+    piece: &'a Piece,
+    place: Place,
     model: String,
     tools: Vec<ToolSpec>,
     tools_json: Box<RawValue>,
+    /// Tools approved for this task beyond the workspace policy.
+    granted: Vec<String>,
     messages: Vec<Message>,
     unsaved: Vec<EventBody>,
     deltas: DeltaPublisher,
@@ -125,13 +171,16 @@ pub struct JobRun<'a> {
     cache: HashMap<String, String>,
     /// Interjections whose user messages are among the unsaved events.
     delivering: Vec<uuid::Uuid>,
-    last_interjection_check: std::time::Instant,
+    last_interjection_check: Instant,
+    waits: Waits,
 }
 
 impl std::fmt::Debug for JobRun<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobRun")
             .field("job_id", &self.claim.job_id)
+            .field("piece", &self.piece.name)
+            .field("movement", &self.place.movement)
             .finish_non_exhaustive()
     }
 }
@@ -146,8 +195,13 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
         let error = format!("gave up after {} attempts", claim.max_attempts);
         return ending::settle_failed(shared, fence, error).await;
     }
-    let Some(piece) = piece::find(&claim.piece) else {
-        let error = format!("unknown piece {:?}", claim.piece);
+    let piece_name = if claim.piece == piece::ROUTER {
+        router::route(shared, claim).await?
+    } else {
+        claim.piece.clone()
+    };
+    let Some(piece) = shared.catalog.get(&piece_name) else {
+        let error = format!("unknown piece {piece_name:?}");
         return ending::settle_failed(shared, fence, error).await;
     };
     // A first claim has nothing to resume from: skip the read.
@@ -156,29 +210,33 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
     } else {
         Vec::new()
     };
-    let rebuilt = conversation::rebuild(&history)?;
-    let tools = catalog::tools(shared).await;
-    let mut run = JobRun::new(shared, claim, fence, delivery, tools);
-    let pending = if rebuilt.messages.is_empty() {
-        let follow_ups = if claim.job_no > 1 {
-            maestro_db::comments::follow_ups(&shared.pool, claim.job_id).await?
-        } else {
-            Vec::new()
-        };
-        for message in conversation::seed(piece, &run.tools, claim, &follow_ups) {
-            run.record(MessageEvent::plain(message));
+    let rebuilt = maestro_domain::transcript::rebuild(&history)?;
+    let tools = catalog::tools(shared, piece).await;
+    let mut run = JobRun::new(shared, claim, fence, delivery, piece, tools);
+    let pending = match rebuilt.movement.as_deref().and_then(|m| piece.movement(m)) {
+        Some(movement) if !rebuilt.messages.is_empty() => {
+            tracing::info!(
+                iterations = rebuilt.iterations,
+                pending = rebuilt.pending.len(),
+                movement = %movement.name,
+                "resuming from committed events"
+            );
+            run.place = Place {
+                movement: movement.name.clone(),
+                entered: rebuilt.movements_entered,
+                visits: rebuilt.visits,
+                iterations: rebuilt.movement_iterations,
+                warned: false,
+            };
+            run.messages = rebuilt.messages;
+            run.iterations = rebuilt.iterations;
+            run.next_generated_id = rebuilt.next_generated_id;
+            rebuilt.pending
         }
-        Vec::new()
-    } else {
-        tracing::info!(
-            iterations = rebuilt.iterations,
-            pending = rebuilt.pending.len(),
-            "resuming from committed events"
-        );
-        run.messages = rebuilt.messages;
-        run.iterations = rebuilt.iterations;
-        run.next_generated_id = rebuilt.next_generated_id;
-        rebuilt.pending
+        _ => {
+            run.open().await?;
+            Vec::new()
+        }
     };
     let needs_auth: Vec<&String> = shared
         .policy
@@ -208,6 +266,7 @@ impl<'a> JobRun<'a> {
         claim: &'a Claimed,
         fence: Fence,
         delivery: Delivery,
+        piece: &'a Piece,
         tools: Vec<ToolSpec>,
     ) -> Self {
         let rendered: Vec<serde_json::Value> = tools.iter().map(ToolSpec::to_openai).collect();
@@ -229,9 +288,12 @@ impl<'a> JobRun<'a> {
             claim,
             fence,
             delivery,
+            piece,
+            place: Place::default(),
             model,
             tools,
             tools_json,
+            granted: Vec::new(),
             messages: Vec::new(),
             unsaved: Vec::new(),
             deltas,
@@ -240,25 +302,102 @@ impl<'a> JobRun<'a> {
             next_generated_id: 1,
             cache: HashMap::new(),
             delivering: Vec::new(),
-            last_interjection_check: std::time::Instant::now(),
+            last_interjection_check: Instant::now(),
+            waits: Waits::default(),
         }
+    }
+
+    /// Start a new job: enter its first movement (the task's start movement on its first
+    /// job, else the piece's) and seed the conversation. Committed with the first turn.
+    async fn open(&mut self) -> Result<(), JobError> {
+        let claim = self.claim;
+        let override_start = claim
+            .start_movement
+            .as_deref()
+            .filter(|_| claim.job_no == 1)
+            .and_then(|m| self.piece.movement(m));
+        let start = override_start.unwrap_or_else(|| {
+            self.piece
+                .movement(&self.piece.start)
+                .expect("a validated piece has its start movement")
+        });
+        let follow_ups = if claim.job_no > 1 {
+            maestro_db::comments::follow_ups(&self.shared.pool, claim.job_id).await?
+        } else {
+            Vec::new()
+        };
+        let agents_md = catalog::agents_md(self.shared, claim).await;
+        self.enter(start, None, None);
+        let opening = Opening {
+            tools: &self.tools,
+            claim,
+            follow_ups: &follow_ups,
+            agents_md: agents_md.as_deref(),
+        };
+        for message in conversation::seed(self.piece, start, opening) {
+            self.record(MessageEvent::plain(message));
+        }
+        Ok(())
+    }
+
+    /// Enter `movement`: a movement event (not yet committed) and a fresh count.
+    fn enter(&mut self, movement: &Movement, from: Option<&str>, reason: Option<&str>) {
+        self.place.entered += 1;
+        *self.place.visits.entry(movement.name.clone()).or_default() += 1;
+        self.place.movement = movement.name.clone();
+        self.place.iterations = 0;
+        self.place.warned = false;
+        tracing::info!(movement = %movement.name, from, "entering a movement");
+        self.unsaved.push(EventBody::Movement(MovementEvent {
+            name: movement.name.clone(),
+            from: from.map(str::to_owned),
+            reason: reason.map(str::to_owned),
+            piece: from.is_none().then(|| self.piece.name.clone()),
+        }));
+    }
+
+    fn movement(&self) -> &'a Movement {
+        self.piece
+            .movement(&self.place.movement)
+            .expect("the job is always in a movement of its piece")
     }
 
     async fn drive(mut self, mut pending: Vec<ToolCall>) -> Result<JobEnd, JobError> {
         let mut text_only = 0;
+        let settings = Arc::clone(&self.shared.settings);
+        let mut iteration_started = Instant::now();
         loop {
             if !pending.is_empty()
                 && let Some(end) = self.run_calls(std::mem::take(&mut pending)).await?
             {
                 return Ok(end);
             }
+            if self.iterations > 0 {
+                self.log_overhead(iteration_started);
+            }
+            iteration_started = Instant::now();
             if self.shared.release.is_cancelled() {
                 return self.release().await;
             }
+            if let Some(deadline) = settings.job_deadline {
+                let age = (chrono::Utc::now() - self.claim.created_at)
+                    .to_std()
+                    .unwrap_or_default();
+                if age > deadline {
+                    let error = format!(
+                        "deadline exceeded: the job is {}s old (JOB_DEADLINE_MS allows {}s)",
+                        age.as_secs(),
+                        deadline.as_secs()
+                    );
+                    return self.fail(error).await;
+                }
+            }
             self.take_interjections().await?;
-            if self.iterations >= self.shared.settings.max_iterations {
-                let error = format!("no `complete` after {} LLM iterations", self.iterations);
-                return self.fail(error).await;
+            if let Some(end) = self.watchdog().await? {
+                return Ok(end);
+            }
+            if let Some(end) = self.prompt_guard().await? {
+                return Ok(end);
             }
             let completion = match self.llm_iteration().await? {
                 Ok(completion) => completion,
@@ -266,6 +405,7 @@ impl<'a> JobRun<'a> {
                 Err(llm::Interrupt::Llm(e)) => return self.llm_failed(e).await,
             };
             self.iterations += 1;
+            self.place.iterations += 1;
             let calls = self.assign_ids(completion.tool_calls.clone());
             let model = completion
                 .model
@@ -289,6 +429,13 @@ impl<'a> JobRun<'a> {
                 continue;
             }
             text_only = 0;
+            let repeats = repeated_calls(&self.messages);
+            if repeats >= REPEAT_ABORT {
+                let error = format!(
+                    "loop detected: the model made the same tool calls {repeats} times in a row"
+                );
+                return self.fail(error).await;
+            }
             for call in &calls {
                 self.unsaved.push(EventBody::ToolCall(ToolCallEvent {
                     call_id: call.id.clone(),
@@ -299,6 +446,57 @@ impl<'a> JobRun<'a> {
             }
             pending = calls;
         }
+    }
+
+    /// The per-movement and per-job iteration limits: a warning as the movement's limit
+    /// nears (and a duplicate-call warning), the end of the job past either limit.
+    async fn watchdog(&mut self) -> Result<Option<JobEnd>, JobError> {
+        let limit = self.piece.max_iterations;
+        if self.place.iterations >= limit {
+            let error = format!(
+                "movement `{}` took {limit} LLM iterations without leaving (max_iterations of piece `{}`)",
+                self.place.movement, self.piece.name
+            );
+            return self.fail(error).await.map(Some);
+        }
+        if self.iterations >= self.shared.settings.max_iterations {
+            let error = format!("no `complete` after {} LLM iterations", self.iterations);
+            return self.fail(error).await.map(Some);
+        }
+        let left = limit - self.place.iterations;
+        if !self.place.warned && limit >= 4 && left <= (limit / 5).max(2) {
+            self.place.warned = true;
+            let warning = format!(
+                "[Watchdog] {left} LLM iterations are left in movement `{}`. Finish it now: \
+                 call `transition` or `complete`.",
+                self.place.movement
+            );
+            self.record(MessageEvent::plain(Message::user(warning)));
+        }
+        if repeated_calls(&self.messages) == REPEAT_WARN
+            && self.messages.last().is_some_and(|m| m.role == Role::Tool)
+        {
+            let warning = format!(
+                "[Loop guard] You made the same tool calls {REPEAT_WARN} times in a row and got \
+                 the same kind of answer. Change your approach; repeating them {REPEAT_ABORT} \
+                 times ends the task."
+            );
+            self.record(MessageEvent::plain(Message::user(warning)));
+        }
+        Ok(None)
+    }
+
+    fn log_overhead(&self, started: Instant) {
+        let total = started.elapsed().as_micros() as u64;
+        let llm = self.waits.llm_us.swap(0, Ordering::Relaxed);
+        let tools = self.waits.tools_us.swap(0, Ordering::Relaxed);
+        tracing::debug!(
+            target: "maestro_worker::overhead",
+            overhead_us = total.saturating_sub(llm + tools),
+            llm_us = llm,
+            tools_us = tools,
+            "iteration"
+        );
     }
 
     /// Add a message to the conversation and to the events to commit next.
@@ -318,7 +516,6 @@ impl<'a> JobRun<'a> {
         }));
     }
 
-    /// Commit the unsaved events (and a state change) in one statement.
     /// Commit the unsaved events (and a state change) in one statement, marking the
     /// interjections they deliver. When the write is refused the events stay unsaved.
     async fn commit(&mut self, transition: Option<Transition>) -> Result<(), JobError> {
@@ -359,7 +556,7 @@ impl<'a> JobRun<'a> {
         if !signalled && self.last_interjection_check.elapsed() < INTERJECTION_POLL {
             return Ok(());
         }
-        self.last_interjection_check = std::time::Instant::now();
+        self.last_interjection_check = Instant::now();
         for (id, body) in
             maestro_db::comments::pending(&self.shared.pool, self.claim.job_id).await?
         {
@@ -383,5 +580,57 @@ impl<'a> JobRun<'a> {
             }
         }
         calls
+    }
+}
+
+/// How many assistant messages in a row, ending with the last one, made exactly the same
+/// tool calls (names and arguments; 0 when the last made none).
+fn repeated_calls(messages: &[Message]) -> usize {
+    let signature = |m: &Message| -> Vec<(String, String)> {
+        m.tool_calls
+            .iter()
+            .map(|c| {
+                let arguments = serde_json::from_str::<serde_json::Value>(&c.function.arguments)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|_| c.function.arguments.clone());
+                (c.name().to_owned(), arguments)
+            })
+            .collect()
+    };
+    let mut assistants = messages.iter().rev().filter(|m| m.role == Role::Assistant);
+    let Some(last) = assistants.next() else {
+        return 0;
+    };
+    let wanted = signature(last);
+    if wanted.is_empty() {
+        return 0;
+    }
+    1 + assistants.take_while(|m| signature(m) == wanted).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_calls_count_identical_assistant_turns_from_the_end() {
+        let call =
+            |args: &str| Message::assistant(None, vec![ToolCall::new("c", "read_file", args)]);
+        let result = Message::tool("c", "same");
+        let mut messages = vec![Message::system("s"), Message::user("u")];
+        assert_eq!(repeated_calls(&messages), 0);
+        messages.extend([call(r#"{"path":"b"}"#), result.clone()]);
+        for _ in 0..3 {
+            messages.extend([call(r#"{ "path": "a" }"#), result.clone()]);
+        }
+        assert_eq!(
+            repeated_calls(&messages),
+            3,
+            "argument whitespace does not matter"
+        );
+        messages.push(call(r#"{"path":"a"}"#));
+        assert_eq!(repeated_calls(&messages), 4);
+        messages.push(Message::assistant(Some("text".into()), vec![]));
+        assert_eq!(repeated_calls(&messages), 0);
     }
 }

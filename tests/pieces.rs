@@ -1,0 +1,377 @@
+//! The piece engine end to end: a three-movement piece from `PIECES_DIR` runs against the
+//! scripted LLM, and the requests the LLM received prove the prompt layout keeps its cache
+//! warm (identical tools, each request extending the previous, one system message, ≥ 95 %
+//! reuse after every transition); the router picks pieces (and falls back); and the guards
+//! and final mappings end jobs the way they should.
+
+use std::time::Duration;
+
+use maestro_testkit::{Stack, StackOptions};
+use serde_json::{Value, json};
+
+const TRIPLE: &str = r#"
+name: triple
+description: Three steps in a row, for the tests.
+initial_movement: gather
+max_movements: 6
+steps:
+  - name: gather
+    persona: You gather.
+    instruction: Read what is there.
+    allowed_tools: [list_files, read_file]
+    rules:
+      - condition: You know what is there.
+        next: write
+  - name: write
+    guidance: Write the note.
+    checklist: [The note exists.]
+    transitions:
+      - condition: The note is written.
+        target: check
+  - name: check
+    guidance: Check the note, then complete.
+    edit: false
+    transitions:
+      - condition: The note is wrong.
+        target: write
+"#;
+
+const PINGPONG: &str = r#"
+name: pingpong
+description: Two movements that can send the work back and forth.
+start_movement: ping
+max_visits: 2
+movements:
+  - name: ping
+    transitions: [{condition: always, target: pong}]
+  - name: pong
+    transitions: [{condition: always, target: ping}, {condition: never, target: ABORT}]
+"#;
+
+fn transition(target: &str, reason: &str) -> Value {
+    json!({"tool_calls": [{"name": "transition", "arguments": {"target": target, "reason": reason}}]})
+}
+
+fn pieces_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("pieces dir");
+    std::fs::write(dir.path().join("triple.yaml"), TRIPLE).expect("write");
+    std::fs::write(dir.path().join("pingpong.yml"), PINGPONG).expect("write");
+    dir
+}
+
+async fn stack(scenarios: Value, pieces: &tempfile::TempDir, env: &[(&str, &str)]) -> Stack {
+    let mut options =
+        StackOptions::new(scenarios).env("PIECES_DIR", pieces.path().to_str().expect("utf-8 path"));
+    for (key, value) in env {
+        options = options.env(key, value);
+    }
+    Stack::spawn(options).await.expect("the stack starts")
+}
+
+async fn finish(stack: &Stack, body: Value) -> Value {
+    let task = stack.create_task(body).await.expect("task");
+    let id = task["id"].as_str().expect("id").to_owned();
+    stack
+        .wait_for_status(
+            &id,
+            &["succeeded", "failed", "waiting_human"],
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("the job ends")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_movement_piece_keeps_the_prompt_cache_warm() {
+    let scenarios = json!({"scenarios": [{
+        "name": "triple",
+        "match": "leave a note",
+        "turns": [
+            {"text": "Looking.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            // Not a way out of `gather`: an error result, and the movement goes on.
+            transition("check", "skip ahead"),
+            transition("write", "the workspace is empty"),
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
+            transition("check", "note.txt is written"),
+            // `check` may not write: refused by the movement, reported to the model.
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "x.txt", "content": "x"}}]},
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "note.txt says hi"}}]}
+        ]
+    }]});
+    let pieces = pieces_dir();
+    let stack = stack(scenarios, &pieces, &[]).await;
+    // A realistic prompt: the tools, the system message and a detailed instruction (about
+    // 3,000 tokens of background), as a job has by the time it changes movement.
+    let background = "Background: the team keeps short notes in the workspace root, one per \
+                      topic, plain text, ending with a newline. "
+        .repeat(120);
+    let task = finish(
+        &stack,
+        json!({"instruction": format!("Please leave a note.\n\n{background}"), "piece": "triple"}),
+    )
+    .await;
+    assert_eq!(task["latest_job"]["status"], "succeeded", "{task}");
+    assert_eq!(task["piece"], "triple");
+    let id = task["id"].as_str().expect("id");
+
+    let requests: Vec<Value> = stack
+        .llm
+        .requests()
+        .await
+        .expect("requests")
+        .into_iter()
+        .map(|r| r["body"].clone())
+        .collect();
+    assert_eq!(requests.len(), 8, "one request per turn");
+    let tools = serde_json::to_string(&requests[0]["tools"]).expect("json");
+    let names: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        &names[names.len() - 2..],
+        ["transition", "complete"],
+        "transition, then complete, after the regular tools"
+    );
+    let targets = &requests[0]["tools"][names.len() - 2]["function"]["parameters"]["properties"]["target"]
+        ["enum"];
+    assert_eq!(
+        targets,
+        &json!(["check", "write"]),
+        "the union of the piece's targets"
+    );
+    for (i, request) in requests.iter().enumerate() {
+        let these = serde_json::to_string(&request["tools"]).expect("json");
+        assert_eq!(these, tools, "request {i} offers the same tools bytes");
+        let messages = request["messages"].as_array().expect("messages");
+        let systems: Vec<usize> = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m["role"] == "system")
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(
+            systems,
+            [0],
+            "request {i}: exactly one system message, first"
+        );
+        if i > 0 {
+            let before = requests[i - 1]["messages"].as_array().expect("messages");
+            assert!(
+                messages.len() > before.len() && messages[..before.len()] == before[..],
+                "request {i} extends request {} without changing it",
+                i - 1
+            );
+        }
+    }
+    let system = requests[0]["messages"][0]["content"]
+        .as_str()
+        .expect("system");
+    assert!(system.contains("## Movement: gather") && system.contains("You gather."));
+    assert!(
+        !system.contains(id),
+        "no per-task data in the system message"
+    );
+
+    let events = stack.events(id).await.expect("events");
+    let movements: Vec<(String, Value)> = events
+        .iter()
+        .filter(|e| e["kind"] == "movement")
+        .map(|e| {
+            (
+                e["payload"]["name"].as_str().unwrap_or_default().to_owned(),
+                e["payload"]["reason"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        movements,
+        [
+            ("gather".to_owned(), Value::Null),
+            ("write".to_owned(), json!("the workspace is empty")),
+            ("check".to_owned(), json!("note.txt is written")),
+        ]
+    );
+    let results: Vec<(&str, bool)> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_result")
+        .map(|e| {
+            (
+                e["payload"]["content"].as_str().unwrap_or_default(),
+                e["payload"]["is_error"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        results[1].1 && results[1].0.contains("not a way out of movement `gather`"),
+        "{results:?}"
+    );
+    assert!(
+        results[5].1
+            && results[5]
+                .0
+                .contains("movement `check` does not change files"),
+        "{results:?}"
+    );
+    assert!(!stack.workspace(id).join("x.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(stack.workspace(id).join("note.txt")).expect("note"),
+        "hi\n"
+    );
+
+    // The cache reuse the server reported for the first request of each later movement.
+    let usages: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["payload"]["role"] == "assistant")
+        .map(|e| &e["payload"]["usage"])
+        .collect();
+    for turn in [3, 5] {
+        let usage = usages[turn];
+        let (cached, prompt) = (
+            usage["cachedPromptTokens"].as_f64().expect("cached"),
+            usage["promptTokens"].as_f64().expect("prompt"),
+        );
+        assert!(
+            cached / prompt >= 0.95,
+            "turn {turn}, after a transition: {cached} of {prompt} cached"
+        );
+    }
+
+    let transcript: Value = stack
+        .http
+        .get(stack.url(&format!("/api/local/tasks/{id}/transcript")))
+        .bearer_auth(&stack.token)
+        .send()
+        .await
+        .expect("transcript")
+        .json()
+        .await
+        .expect("json");
+    let lines = transcript["messages"].as_array().expect("messages");
+    let last_request = requests[7]["messages"].as_array().expect("messages");
+    assert_eq!(
+        lines.len(),
+        last_request.len() + 2,
+        "the transcript is the conversation: the last request, its answer and result"
+    );
+    assert_eq!(lines[0]["role"], "system");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_picks_a_piece_and_falls_back_to_the_default() {
+    let scenarios = json!({"scenarios": [
+        {"name": "route-to-triple", "match": "Choose the piece for this task.\n\nPieces:\n- chat", "turns": [{"text": "triple"}],
+         "repeat_last": true},
+        {"name": "triple-work", "match": "leave a note", "turns": [
+            transition("write", "ok"),
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+        ]},
+        {"name": "chat-work", "match": "answer me", "turns": [
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "answered"}}]}
+        ]}
+    ]});
+    let pieces = pieces_dir();
+    let stack = stack(scenarios, &pieces, &[("PIECE_SELECTION", "router")]).await;
+    let routed = finish(&stack, json!({"instruction": "Please leave a note."})).await;
+    assert_eq!(routed["latest_job"]["status"], "succeeded", "{routed}");
+    assert_eq!(routed["piece"], "triple", "the router's choice is stored");
+
+    // The router's answer names no piece: the default piece runs.
+    stack
+        .llm
+        .load(&json!({"scenarios": [
+            {"name": "route-nowhere", "match": "Choose the piece for this task.", "turns": [{"text": "banana"}]},
+            {"name": "chat-work", "match": "answer me", "turns": [
+                {"tool_calls": [{"name": "complete", "arguments": {"result": "answered"}}]}
+            ]}
+        ]}))
+        .await
+        .expect("load");
+    let fallback = finish(&stack, json!({"instruction": "Please answer me."})).await;
+    assert_eq!(fallback["latest_job"]["status"], "succeeded", "{fallback}");
+    assert_eq!(fallback["piece"], "chat");
+
+    let explicit = stack
+        .create_task(json!({"instruction": "x", "piece": "pingpong", "start_movement": "nope"}))
+        .await
+        .expect_err("an unknown start movement is refused");
+    assert!(
+        explicit.to_string().contains("invalid_start_movement"),
+        "{explicit}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_and_final_calls_end_jobs_as_they_should() {
+    let scenarios = json!({"scenarios": [
+        {"name": "bounce", "match": "bounce", "repeat_last": false, "turns": [
+            transition("pong", "1"), transition("ping", "2"), transition("pong", "3"),
+            transition("ping", "4"), transition("pong", "5")
+        ]},
+        {"name": "ask", "match": "ask me", "turns": [
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "Which file?", "status": "needs_user_input"}}]}
+        ]},
+        {"name": "give-up", "match": "give up", "turns": [
+            transition("pong", "go"), transition("ABORT", "cannot be done safely")
+        ]},
+        {"name": "repeat", "match": "repeat yourself", "repeat_last": true, "turns": [
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]}
+        ]}
+    ]});
+    let pieces = pieces_dir();
+    let stack = stack(scenarios, &pieces, &[]).await;
+
+    let bounced = finish(
+        &stack,
+        json!({"instruction": "bounce", "piece": "pingpong"}),
+    )
+    .await;
+    assert_eq!(bounced["latest_job"]["status"], "failed");
+    let error = bounced["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("revisit guard"), "{error}");
+
+    let asked = finish(&stack, json!({"instruction": "ask me", "piece": "chat"})).await;
+    assert_eq!(asked["latest_job"]["status"], "waiting_human");
+    assert_eq!(asked["latest_job"]["wait_reason"], "ask");
+
+    let aborted = finish(
+        &stack,
+        json!({"instruction": "give up", "piece": "pingpong"}),
+    )
+    .await;
+    assert_eq!(aborted["latest_job"]["status"], "failed");
+    let error = aborted["latest_job"]["error"].as_str().unwrap_or_default();
+    assert_eq!(error, "aborted in movement `pong`: cannot be done safely");
+
+    let looped = finish(&stack, json!({"instruction": "repeat yourself"})).await;
+    assert_eq!(looped["latest_job"]["status"], "failed");
+    let error = looped["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("loop detected"), "{error}");
+    let id = looped["id"].as_str().expect("id");
+    let warned = stack.events(id).await.expect("events").iter().any(|e| {
+        e["payload"]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("[Loop guard]"))
+    });
+    assert!(warned, "a warning came before the end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_that_cannot_fit_fails_with_context_overflow() {
+    let scenarios = json!({"scenarios": [{"name": "any", "turns": [
+        {"tool_calls": [{"name": "complete", "arguments": {"result": "never"}}]}
+    ]}]});
+    let pieces = pieces_dir();
+    let stack = stack(scenarios, &pieces, &[("MAX_PROMPT_TOKENS", "200")]).await;
+    let task = finish(&stack, json!({"instruction": "anything"})).await;
+    assert_eq!(task["latest_job"]["status"], "failed");
+    let error = task["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("context overflow"), "{error}");
+    assert!(
+        stack.llm.requests().await.expect("requests").is_empty(),
+        "no request that cannot fit is sent"
+    );
+}
