@@ -375,3 +375,55 @@ async fn a_conversation_that_cannot_fit_fails_with_context_overflow() {
         "no request that cannot fit is sent"
     );
 }
+
+/// `--upstream`: the scripted LLM forwards every request to another server (here a second
+/// scripted LLM standing in for llama.cpp) for one token and reports that server's usage.
+#[tokio::test]
+async fn scripted_llm_reports_the_upstream_usage() {
+    let dir = tempfile::tempdir().expect("dir");
+    let upstream = maestro_testkit::ScriptedLlm::start(
+        &json!({"scenarios": [{"name": "real", "repeat_last": true, "turns": [{"text": "x"}]}]}),
+        dir.path(),
+    )
+    .await
+    .expect("upstream");
+    let scenarios = json!({"scenarios": [{"name": "look", "turns": [
+        {"tool_calls": [{"name": "glob", "arguments": {"pattern": "*"}}]},
+        {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]},
+    ]}]});
+    let mut options = StackOptions::new(scenarios);
+    options.llm_upstream = Some(upstream.base_url.clone());
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let done = finish(&stack, json!({"instruction": "look around"})).await;
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+
+    let forwarded = upstream.requests().await.expect("upstream requests");
+    let answered = stack.llm.requests().await.expect("requests");
+    assert_eq!(
+        forwarded.len(),
+        answered.len(),
+        "every request is forwarded once"
+    );
+    for (sent, asked) in forwarded.iter().zip(&answered) {
+        assert_eq!(sent["body"]["max_tokens"], 1);
+        assert_eq!(sent["body"]["stream"], false);
+        assert_eq!(sent["body"]["messages"], asked["body"]["messages"]);
+        assert_eq!(sent["body"]["tools"], asked["body"]["tools"]);
+    }
+    // The second request extends the first, so the upstream reports a cached prefix, and the
+    // worker recorded the upstream's figures.
+    let events = stack
+        .events(done["id"].as_str().expect("id"))
+        .await
+        .expect("events");
+    let usage: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["payload"]["role"] == "assistant")
+        .map(|e| &e["payload"]["usage"])
+        .collect();
+    assert_eq!(usage.len(), 2, "{events:?}");
+    assert!(
+        usage[1]["cachedPromptTokens"].as_u64().unwrap_or(0) > 0,
+        "{usage:?}"
+    );
+}

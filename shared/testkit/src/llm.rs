@@ -18,14 +18,27 @@ pub struct ScriptedLlm {
 impl ScriptedLlm {
     /// Start it with `scenarios` (the JSON of a scenario file).
     pub async fn start(scenarios: &Value, dir: &Path) -> anyhow::Result<Self> {
+        Self::start_with(scenarios, dir, None).await
+    }
+
+    /// Start it, reporting the usage of a real server at `upstream` when given (see
+    /// `docs/scripted-llm.md`).
+    pub async fn start_with(
+        scenarios: &Value,
+        dir: &Path,
+        upstream: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let file = dir.join("scenarios.json");
         std::fs::write(&file, serde_json::to_vec_pretty(scenarios)?)?;
-        let args = vec![
+        let mut args = vec![
             "--addr".to_owned(),
             "127.0.0.1:0".to_owned(),
             "--scenarios".to_owned(),
             file.display().to_string(),
         ];
+        if let Some(upstream) = upstream {
+            args.extend(["--upstream".to_owned(), upstream.to_owned()]);
+        }
         let process = Process::start(
             "scripted-llm",
             &crate::binary("scripted-llm"),

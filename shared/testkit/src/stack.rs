@@ -55,6 +55,8 @@ pub struct StackOptions {
     /// Run a PostgreSQL server of the test's own (so the test may stop and restart it)
     /// instead of using a database on the shared server.
     pub private_postgres: bool,
+    /// A real OpenAI-compatible server whose usage the scripted LLM reports.
+    pub llm_upstream: Option<String>,
 }
 
 impl StackOptions {
@@ -64,6 +66,7 @@ impl StackOptions {
             env: Vec::new(),
             services: Service::ALL.to_vec(),
             private_postgres: false,
+            llm_upstream: None,
         }
     }
 
@@ -121,7 +124,12 @@ impl Stack {
         };
         let (db, nats) =
             tokio::try_join!(TestDb::create_on(&admin_url), NatsServer::start(dir.path()))?;
-        let llm = ScriptedLlm::start(&options.scenarios, dir.path()).await?;
+        let llm = ScriptedLlm::start_with(
+            &options.scenarios,
+            dir.path(),
+            options.llm_upstream.as_deref(),
+        )
+        .await?;
         let prefix = crate::unique("t");
         let workspaces = dir.path().join("workspaces");
         let token = "test-token-alice".to_owned();

@@ -6,8 +6,12 @@
 //! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C]`
 //!
 //! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`),
-//! `maestro-bench sse [--clients N]` token-to-client latency and the gateway's cost (`sse.rs`).
+//! `maestro-bench sse [--clients N]` token-to-client latency and the gateway's cost (`sse.rs`),
+//! `maestro-bench iterations [--jobs N] [--turns T] [--upstream URL] [--background BYTES]`: the
+//! worker's own overhead per LLM iteration and the prompt-cache reuse after movement
+//! transitions (`iterations.rs`).
 
+mod iterations;
 mod sse;
 mod tools;
 
@@ -65,6 +69,9 @@ async fn main() -> anyhow::Result<()> {
             .nth(1)
             .map_or(Ok(1000), |n| n.parse())?;
         return sse::run(clients).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("iterations") {
+        return iterations::run(iterations::parse(std::env::args().skip(2))?).await;
     }
     if std::env::args().nth(1).as_deref() == Some("tools") {
         let calls = std::env::args()
