@@ -2,12 +2,14 @@
 //! (npm `@modelcontextprotocol/server-everything`, stdio, installed by `scripts/test`): its
 //! tools are offered to the model namespaced (`mcp__everything__echo`), run through the
 //! tool-runner inside the sandbox, and their results land in the events. A server that needs
-//! authorization stops the job before the LLM is called (`mcp_auth_required`).
+//! authorization stops the job before the LLM is called (`mcp_auth_required`) until the user
+//! supplies a token, which then reaches the server's environment.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use maestro_testkit::{Stack, StackOptions};
+use reqwest::Method;
 use serde_json::{Value, json};
 
 /// Where `scripts/test` installs the server (`MCP_EVERYTHING_DIR` overrides).
@@ -118,8 +120,11 @@ async fn the_agent_calls_a_real_mcp_servers_tools_in_the_sandbox() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_that_needs_authorization_stops_the_job_before_the_llm_is_called() {
-    let scenario = json!({"scenarios": [{"name": "any", "turns": [{"tool_calls": [{"name": "complete", "arguments": {"result": "x"}}]}]}]});
+async fn a_server_that_needs_authorization_waits_for_a_token_then_gets_it() {
+    let scenario = json!({"scenarios": [{"name": "any", "turns": [
+        {"tool_calls": [{"name": "mcp__everything__get-env", "arguments": {}}]},
+        {"tool_calls": [{"name": "complete", "arguments": {"result": "x"}}]}
+    ]}]});
     let dir = tempfile::tempdir().expect("dir");
     let stack =
         Stack::spawn(StackOptions::new(scenario).env("WORKSPACE_POLICY", &policy(&dir, true)))
@@ -144,4 +149,69 @@ async fn a_server_that_needs_authorization_stops_the_job_before_the_llm_is_calle
         stack.llm.requests().await.expect("requests").is_empty(),
         "the LLM was not called"
     );
+    let path = format!("/api/local/tasks/{id}/required-actions");
+    let (status, pending) = stack.api(Method::GET, &path, None).await.expect("list");
+    assert_eq!(status, 200);
+    let items = pending["required_actions"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{pending}");
+    assert_eq!(items[0]["kind"], "mcp_auth_required");
+    assert_eq!(items[0]["server"], "everything");
+    let decide = format!("{path}/{}/decide", items[0]["id"].as_str().expect("id"));
+    let (status, body) = stack
+        .api(Method::POST, &decide, Some(&json!({"decision": "approve"})))
+        .await
+        .expect("decide");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("supply_the_token"))
+    );
+    let comments = format!("/api/local/tasks/{id}/comments");
+    let (status, _) = stack
+        .api(Method::POST, &comments, Some(&json!({"body": "go on"})))
+        .await
+        .expect("comment");
+    assert_eq!(status, 409, "a comment does not answer an MCP login");
+
+    let token_path = "/api/local/mcp-servers/everything/token";
+    let (status, _) = stack
+        .api(Method::PUT, token_path, Some(&json!({"token": ""})))
+        .await
+        .expect("put");
+    assert_eq!(status, 422);
+    let (status, body) = stack
+        .api(
+            Method::PUT,
+            token_path,
+            Some(&json!({"token": "s3cret-token"})),
+        )
+        .await
+        .expect("put");
+    assert_eq!((status, &body["resumed_jobs"]), (200, &json!(1)), "{body}");
+    assert!(
+        !body.to_string().contains("s3cret"),
+        "the token is never returned"
+    );
+    let done = stack
+        .wait_for_status(id, &["succeeded", "failed"], Duration::from_secs(60))
+        .await
+        .expect("ends");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    // The server got the token in its environment.
+    let events = stack.events(id).await.expect("events");
+    let env = events
+        .iter()
+        .find(|e| e["kind"] == "tool_result" && e["payload"]["name"] == "mcp__everything__get-env")
+        .expect("get-env result");
+    assert!(
+        env["payload"]["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("MCP_AUTH_TOKEN") && c.contains("s3cret-token")),
+        "{env}"
+    );
+    let (_, all) = stack
+        .api(Method::GET, &format!("{path}?all=true"), None)
+        .await
+        .expect("list");
+    assert_eq!(all["required_actions"][0]["status"], "resolved", "{all}");
+    assert!(!all.to_string().contains("s3cret"));
 }

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use maestro_db::PgPool;
 use maestro_messaging::Subjects;
 use maestro_runtime::Infra;
@@ -78,6 +78,26 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/local/tasks/{id}/cancel",
             post(routes::comments::cancel),
+        )
+        .route(
+            "/api/local/tasks/{id}/required-actions",
+            get(routes::actions::list),
+        )
+        .route(
+            "/api/local/tasks/{id}/required-actions/{rid}/decide",
+            post(routes::actions::decide),
+        )
+        .route(
+            "/api/local/tasks/{id}/tool-requests/{rid}/decide",
+            post(routes::actions::decide_tool),
+        )
+        .route(
+            "/api/local/tasks/{id}/package-requests/{rid}/decide",
+            post(routes::actions::decide_package),
+        )
+        .route(
+            "/api/local/mcp-servers/{server}/token",
+            put(routes::actions::put_token),
         )
         .route(
             "/api/webhooks",

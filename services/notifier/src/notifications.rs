@@ -68,6 +68,7 @@ impl JobStateHandler {
                 result: change.result,
                 error: change.error,
                 wait_reason: change.wait_reason,
+                required_actions: change.required_actions,
             },
         };
         let recorded = maestro_db::webhooks::record_notification(&self.pool, &notification).await?;

@@ -27,6 +27,9 @@ pub struct Settings {
     /// LLM iterations one job may take before it fails (each movement also has its piece's
     /// `max_iterations`).
     pub max_iterations: u32,
+    /// Questions (`ask`) the model may put to the user within one task; past it, `ask` gets a
+    /// tool error telling the model to go on with what it has.
+    pub max_asks: i32,
     /// How old a job may grow (from its creation) before it fails; `None`: no limit.
     pub job_deadline: Option<Duration>,
     /// The prompt guard's budget: requests are kept within this many (estimated) tokens.
@@ -79,6 +82,7 @@ impl Settings {
             },
             default_model: env.string("LLM_MODEL", "scripted"),
             max_iterations: env.parse("MAX_ITERATIONS", 100)?,
+            max_asks: env.parse("MAX_ASKS", 5)?,
             tool_timeout: env.millis("TOOL_TIMEOUT_MS", Duration::from_secs(60))?,
             retry_base: env.millis("RETRY_BASE_MS", Duration::from_secs(1))?,
             retry_max: env.millis("RETRY_MAX_MS", Duration::from_secs(60))?,

@@ -29,6 +29,8 @@ pub struct Opening<'a> {
     pub claim: &'a Claimed,
     /// Comments that started this job (a follow-up on an earlier one).
     pub follow_ups: &'a [String],
+    /// The question an earlier job asked, when the follow-ups are its answer.
+    pub question: Option<&'a str>,
     /// The workspace's `AGENTS.md`, when it has one.
     pub agents_md: Option<&'a str>,
 }
@@ -60,7 +62,16 @@ pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> Vec<Messag
         claim.job_no,
         claim.instruction
     );
-    if !opening.follow_ups.is_empty() {
+    if let Some(question) = opening.question {
+        user.push_str(&format!(
+            "\n\n<answer>\nAn earlier job of this task asked the user:\n{question}\n\nThe user \
+             answered:\n"
+        ));
+        for answer in opening.follow_ups {
+            user.push_str(&format!("\n{answer}\n"));
+        }
+        user.push_str("</answer>\n\nGo on from where that job stopped, with this answer.");
+    } else if !opening.follow_ups.is_empty() {
         user.push_str(
             "\n\n<follow-up>\nThis job follows up an earlier one of the same task; the user \
              added:\n",
@@ -160,6 +171,10 @@ mod tests {
             start_movement: None,
             model: None,
             created_at: chrono::Utc::now(),
+            resume_movement: None,
+            resume_question: None,
+            ask_count: 0,
+            grants: Vec::new(),
         }
     }
 
@@ -174,6 +189,7 @@ mod tests {
             tools: &tools,
             claim,
             follow_ups: &[],
+            question: None,
             agents_md: None,
         };
         let a = seed(coding, plan, opening(&first));
@@ -210,6 +226,7 @@ mod tests {
             tools: &tools,
             claim: &claim,
             follow_ups: &follow_ups,
+            question: None,
             agents_md: Some("Use tabs."),
         };
         let messages = seed(chat, chat.movement(&chat.start).expect("start"), opening);
@@ -222,5 +239,30 @@ mod tests {
         );
         let user = messages[1].content.as_deref().expect("user");
         assert!(user.contains("follows up an earlier one") && user.contains("Also add a test"));
+    }
+
+    #[test]
+    fn an_answer_comes_with_its_question() {
+        let catalog = Catalog::builtin();
+        let chat = catalog.get("chat").expect("chat");
+        let claim = claim(2);
+        let answers = ["Blue.".to_owned()];
+        let opening = Opening {
+            tools: &[],
+            claim: &claim,
+            follow_ups: &answers,
+            question: Some("Which colour?"),
+            agents_md: None,
+        };
+        let messages = seed(chat, chat.movement(&chat.start).expect("start"), opening);
+        let user = messages[1].content.as_deref().expect("user");
+        assert!(
+            user.contains("<answer>\nAn earlier job of this task asked the user:\nWhich colour?")
+        );
+        assert!(
+            user.contains("The user answered:\n\nBlue.\n</answer>"),
+            "{user}"
+        );
+        assert!(!user.contains("<follow-up>"));
     }
 }

@@ -83,7 +83,7 @@ pub async fn pending(pool: &PgPool, job_id: JobId) -> Result<Vec<(Uuid, String)>
 /// The follow-up comments a job was created for (kind `instruction`, after the first job).
 pub async fn follow_ups(pool: &PgPool, job_id: JobId) -> Result<Vec<String>, DbError> {
     let bodies = sqlx::query_scalar!(
-        "SELECT body FROM comments WHERE job_id = $1 AND kind = 'instruction' ORDER BY id",
+        "SELECT body FROM comments WHERE job_id = $1 AND kind IN ('instruction', 'answer') ORDER BY id",
         job_id.0
     )
     .fetch_all(pool)

@@ -34,6 +34,13 @@ pub struct Claimed {
     pub model: Option<String>,
     /// When the job was created (stable across attempts, unlike the claim time).
     pub created_at: DateTime<Utc>,
+    /// An ASK follow-up: the movement that asked, and the question the user answered.
+    pub resume_movement: Option<String>,
+    pub resume_question: Option<String>,
+    /// Questions asked of the user in this task before this job.
+    pub ask_count: i32,
+    /// Tools a person approved for the whole task.
+    pub grants: Vec<String>,
 }
 
 /// Why a job could not be claimed.
@@ -69,7 +76,8 @@ pub async fn claim(
                AND (status = 'queued'
                     OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
                     OR (status = 'running' AND lease_expires_at < now()))
-         RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at
+         RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at,
+                   resume_movement, resume_question, ask_count
         ), t AS (
             UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
               FROM j WHERE tasks.id = j.task_id
@@ -82,7 +90,10 @@ pub async fn claim(
               FROM j, t
         )
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
-               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model, t.start_movement
+               j.resume_movement, j.resume_question, j.ask_count,
+               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model, t.start_movement,
+               ARRAY(SELECT g.tool FROM task_grants g WHERE g.task_id = j.task_id ORDER BY g.tool)
+                   AS "grants!"
           FROM j, t
         "#,
         job_id.0,
@@ -106,6 +117,10 @@ pub async fn claim(
             start_movement: r.start_movement,
             model: r.model,
             created_at: r.created_at,
+            resume_movement: r.resume_movement,
+            resume_question: r.resume_question,
+            ask_count: r.ask_count,
+            grants: r.grants,
         }));
     }
     let state = sqlx::query!(

@@ -2,6 +2,7 @@
 //! the caller owns the transaction. Writes on the job path are single statements (CTEs), so
 //! each state change is one round trip and one commit.
 
+pub mod actions;
 pub mod comments;
 pub mod dead_letters;
 pub mod events;

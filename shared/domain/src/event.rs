@@ -23,6 +23,7 @@ pub enum EventKind {
     Redispatch,
     Movement,
     Rewrite,
+    Decision,
 }
 
 impl EventKind {
@@ -35,6 +36,7 @@ impl EventKind {
             EventKind::Redispatch => "redispatch",
             EventKind::Movement => "movement",
             EventKind::Rewrite => "rewrite",
+            EventKind::Decision => "decision",
         }
     }
 }
@@ -69,6 +71,7 @@ pub enum EventBody {
     Redispatch(RedispatchEvent),
     Movement(MovementEvent),
     Rewrite(RewriteEvent),
+    Decision(DecisionEvent),
 }
 
 impl EventBody {
@@ -81,6 +84,7 @@ impl EventBody {
             EventBody::Redispatch(_) => EventKind::Redispatch,
             EventBody::Movement(_) => EventKind::Movement,
             EventBody::Rewrite(_) => EventKind::Rewrite,
+            EventBody::Decision(_) => EventKind::Decision,
         }
     }
 
@@ -94,6 +98,7 @@ impl EventBody {
             EventBody::Redispatch(p) => serde_json::to_value(p),
             EventBody::Movement(p) => serde_json::to_value(p),
             EventBody::Rewrite(p) => serde_json::to_value(p),
+            EventBody::Decision(p) => serde_json::to_value(p),
         };
         // Serializing these plain structs cannot fail: every field is JSON-representable.
         payload.unwrap_or(Value::Null)
@@ -108,6 +113,7 @@ impl EventBody {
             EventKind::Redispatch => EventBody::Redispatch(serde_json::from_value(payload)?),
             EventKind::Movement => EventBody::Movement(serde_json::from_value(payload)?),
             EventKind::Rewrite => EventBody::Rewrite(serde_json::from_value(payload)?),
+            EventKind::Decision => EventBody::Decision(serde_json::from_value(payload)?),
         })
     }
 }
@@ -131,6 +137,10 @@ pub struct JobStateChange {
     /// Why the state changed, when that is not an error (e.g. a worker shutting down).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// On a pause: every item the job waits for (`{id, kind, ...}`, as the required-actions
+    /// API shows them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_actions: Vec<Value>,
 }
 
 impl JobStateChange {
@@ -144,8 +154,26 @@ impl JobStateChange {
             worker_id: None,
             next_retry_at: None,
             reason: None,
+            required_actions: Vec::new(),
         }
     }
+}
+
+/// A person answered or decided an item a paused job waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionEvent {
+    pub action_id: uuid::Uuid,
+    pub kind: WaitReason,
+    /// `approve`, `deny`, `answer` or `resolve`.
+    pub decision: String,
+    pub by: String,
+    /// `once` or `task` for an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Whether this was the last pending item: the job was queued again.
+    pub resumed: bool,
 }
 
 /// A complete message of the conversation (system, user or assistant). Streaming deltas of an

@@ -71,7 +71,10 @@ impl JobStatus {
             // Running → Queued is a worker handing the job back as it shuts down.
             Running => true,
             Retry => matches!(next, Running | Cancelled | Failed | Queued),
-            WaitingHuman | WaitingSubtasks => matches!(next, Queued | Cancelled | Failed),
+            // WaitingHuman → Succeeded: an ASK answered by a follow-up job (the asking job did
+            // its part).
+            WaitingHuman => matches!(next, Queued | Cancelled | Failed | Succeeded),
+            WaitingSubtasks => matches!(next, Queued | Cancelled | Failed),
             Succeeded | Failed | Cancelled => false,
         }
     }
@@ -111,6 +114,19 @@ pub enum WaitReason {
 }
 
 impl WaitReason {
+    pub const ALL: [WaitReason; 6] = [
+        WaitReason::Ask,
+        WaitReason::ToolRequest,
+        WaitReason::PackageRequest,
+        WaitReason::McpAuthRequired,
+        WaitReason::Browser,
+        WaitReason::SideEffectUnknown,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|w| w.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             WaitReason::Ask => "ask",

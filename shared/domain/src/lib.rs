@@ -14,8 +14,8 @@ pub mod transcript;
 pub mod webhook;
 
 pub use event::{
-    Event, EventBody, EventKind, JobStateChange, MessageEvent, MovementEvent, RedispatchEvent,
-    RewriteEvent, ToolCallEvent, ToolResultEvent,
+    DecisionEvent, Event, EventBody, EventKind, JobStateChange, MessageEvent, MovementEvent,
+    RedispatchEvent, RewriteEvent, ToolCallEvent, ToolResultEvent,
 };
 pub use ids::{DeliveryId, JobId, NotificationId, Owner, TaskId, WebhookId};
 pub use job::{JobStatus, WaitReason};

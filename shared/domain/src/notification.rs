@@ -87,6 +87,9 @@ pub struct NotificationData {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_reason: Option<WaitReason>,
+    /// For `task.waiting_human`: the items the job waits for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_actions: Vec<serde_json::Value>,
 }
 
 #[cfg(test)]

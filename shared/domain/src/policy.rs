@@ -1,6 +1,8 @@
 //! The workspace tool policy: the only source of tool permissions (SPEC §3.5), unioned with
-//! the tools approved within a task. A call the policy does not allow is refused with a tool
-//! error the model reads; nothing runs.
+//! the tools approved within a task. A call the policy does not allow by name (or that edits
+//! files where the policy forbids it, or names a gated tool) can be approved by a person: the
+//! job pauses with a tool request. A call the policy refuses outright (no network, a denied
+//! command) gets a tool error the model reads; nothing runs.
 
 use std::collections::BTreeMap;
 
@@ -35,10 +37,45 @@ pub struct ToolPolicy {
     /// MCP servers of the workspace, by name.
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// Tools (patterns with `*`) allowed only with a person's approval of each call (or of
+    /// the tool for the whole task).
+    #[serde(default)]
+    pub gated_tools: Vec<String>,
 }
 
-/// A stdio MCP server: the program and its arguments, run in the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Why a call may not run as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: String,
+    /// A person may approve the call (a tool request) instead of the model being refused.
+    pub approvable: bool,
+}
+
+impl Refusal {
+    fn approvable(reason: String) -> Self {
+        Self {
+            reason,
+            approvable: true,
+        }
+    }
+
+    fn hard(reason: String) -> Self {
+        Self {
+            reason,
+            approvable: false,
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// A stdio MCP server: the program and its arguments, run in the sandbox. Its `Debug` shows
+/// the names of its environment variables only (a user's token travels in them).
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServer {
     pub command: Vec<String>,
@@ -50,6 +87,25 @@ pub struct McpServer {
     /// The server needs a token the user supplies (`mcp_auth_required` until then).
     #[serde(default)]
     pub requires_auth: bool,
+    /// The environment variable the server reads its token from.
+    #[serde(default = "token_env")]
+    pub token_env: String,
+}
+
+fn token_env() -> String {
+    "MCP_AUTH_TOKEN".to_owned()
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("command", &self.command)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("read_only_paths", &self.read_only_paths)
+            .field("requires_auth", &self.requires_auth)
+            .field("token_env", &self.token_env)
+            .finish()
+    }
 }
 
 fn everything() -> Vec<String> {
@@ -70,6 +126,7 @@ impl Default for ToolPolicy {
             command_allow: Vec::new(),
             command_deny: Vec::new(),
             mcp_servers: BTreeMap::new(),
+            gated_tools: Vec::new(),
         }
     }
 }
@@ -106,24 +163,25 @@ impl ToolPolicy {
     }
 
     /// Why `tool` with `arguments` may not run, or `None` when it may. `granted` are tools
-    /// approved within the task, allowed whatever the policy says about their name.
-    pub fn refusal(&self, tool: &str, arguments: &Value, granted: &[String]) -> Option<String> {
+    /// approved within the task, allowed whatever the policy says about their name, edits and
+    /// gating (never past a hard refusal: network, command patterns).
+    pub fn refusal(&self, tool: &str, arguments: &Value, granted: &[String]) -> Option<Refusal> {
         let approved = granted.iter().any(|g| wildcard(g, tool));
         if !approved && !self.names(tool) {
-            return Some(format!(
+            return Some(Refusal::approvable(format!(
                 "the workspace policy does not allow the tool `{tool}`"
-            ));
+            )));
         }
         if edits_files(tool) && !self.edit && !approved {
-            return Some(format!(
+            return Some(Refusal::approvable(format!(
                 "the workspace policy does not allow changing files, so `{tool}` is refused"
-            ));
+            )));
         }
         if tool == "http_fetch" && !self.network {
-            return Some(
+            return Some(Refusal::hard(
                 "the workspace policy does not grant network access, so `http_fetch` is refused"
                     .to_owned(),
-            );
+            ));
         }
         if tool == "shell" {
             let command = arguments
@@ -132,18 +190,23 @@ impl ToolPolicy {
                 .unwrap_or_default()
                 .trim();
             if let Some(pattern) = self.command_deny.iter().find(|p| wildcard(p, command)) {
-                return Some(format!(
+                return Some(Refusal::hard(format!(
                     "the workspace policy refuses commands matching `{pattern}`"
-                ));
+                )));
             }
             if !self.command_allow.is_empty()
                 && !self.command_allow.iter().any(|p| wildcard(p, command))
             {
-                return Some(
+                return Some(Refusal::hard(
                     "the workspace policy allows only these commands: ".to_owned()
                         + &self.command_allow.join(", "),
-                );
+                ));
             }
+        }
+        if !approved && self.gated_tools.iter().any(|g| wildcard(g, tool)) {
+            return Some(Refusal::approvable(format!(
+                "the workspace policy lets `{tool}` run only with a person's approval"
+            )));
         }
         None
     }
@@ -179,12 +242,12 @@ mod tests {
         assert!(
             policy
                 .refusal("grep", &none, &[])
-                .is_some_and(|r| r.contains("does not allow the tool"))
+                .is_some_and(|r| r.approvable && r.reason.contains("does not allow the tool"))
         );
         assert!(
             policy
                 .refusal("shell", &json!({"command": "ls"}), &[])
-                .is_some_and(|r| r.contains("changing files"))
+                .is_some_and(|r| r.approvable && r.reason.contains("changing files"))
         );
         assert_eq!(
             policy.refusal("grep", &none, &["grep".into()]),
@@ -198,11 +261,11 @@ mod tests {
         };
         assert!(
             open.refusal("shell", &json!({"command": "curl x | sh"}), &[])
-                .is_some_and(|r| r.contains("*curl*"))
+                .is_some_and(|r| !r.approvable && r.reason.contains("*curl*"))
         );
         assert!(
             open.refusal("shell", &json!({"command": "rm x"}), &[])
-                .is_some_and(|r| r.contains("only these"))
+                .is_some_and(|r| !r.approvable && r.reason.contains("only these"))
         );
         assert_eq!(
             open.refusal("shell", &json!({"command": "ls -la"}), &[]),
@@ -210,7 +273,26 @@ mod tests {
         );
         assert!(
             open.refusal("http_fetch", &none, &[])
-                .is_some_and(|r| r.contains("network"))
+                .is_some_and(|r| !r.approvable && r.reason.contains("network"))
+        );
+    }
+
+    #[test]
+    fn gated_tools_need_an_approval_unless_granted_for_the_task() {
+        let policy = ToolPolicy {
+            gated_tools: vec!["write_file".into(), "mcp__*".into()],
+            ..ToolPolicy::default()
+        };
+        let none = json!({});
+        assert!(
+            policy
+                .refusal("write_file", &none, &[])
+                .is_some_and(|r| r.approvable && r.reason.contains("approval"))
+        );
+        assert_eq!(policy.refusal("read_file", &none, &[]), None);
+        assert_eq!(
+            policy.refusal("write_file", &none, &["write_file".into()]),
+            None
         );
     }
 

@@ -196,6 +196,64 @@ pub fn complete_tool() -> ToolSpec {
     )
 }
 
+/// The tool the model asks the user a question with (handled by the worker: the job pauses
+/// until the user answers).
+pub const ASK: &str = "ask";
+
+/// The tool the model asks for a package with (handled by the worker: the job pauses until a
+/// person approves; the package is then installed into the workspace).
+pub const REQUEST_PACKAGE: &str = "request_package";
+
+/// The tool-runner's installer, which runs an approved `request_package` (never offered to
+/// the model).
+pub const INSTALL_PACKAGE: &str = "install_package";
+
+/// Tools the worker answers itself, through a person: offered after the built-in and MCP
+/// tools, always allowed (they only ask).
+pub fn human_tools() -> Vec<ToolSpec> {
+    vec![
+        spec(
+            ASK,
+            "Ask the user a question you cannot answer with the tools, when you need their \
+             decision or knowledge to go on. The task pauses until they answer; you continue \
+             in this movement with their answer. Ask rarely, and everything at once.",
+            object(
+                json!({"question": {"type": "string", "description": "The question, with the context the user needs to answer it."}}),
+                &["question"],
+            ),
+            Idempotency::ReadOnly,
+        ),
+        spec(
+            REQUEST_PACKAGE,
+            "Ask for a package to be installed into the workspace (pip: importable with \
+             PYTHONPATH=.maestro/pip; npm: under .maestro/npm/node_modules). The task pauses \
+             until a person approves; you then get the install's outcome.",
+            object(
+                json!({
+                    "name": {"type": "string", "description": "The package name."},
+                    "manager": {"type": "string", "enum": ["pip", "npm"], "description": "The package manager."},
+                    "version": {"type": "string", "description": "An exact version; omit for the latest."},
+                    "reason": {"type": "string", "description": "Why the task needs it."}
+                }),
+                &["name", "manager"],
+            ),
+            Idempotency::SideEffecting,
+        ),
+    ]
+}
+
+/// A hash of a call's arguments, as a reviewer saw them: SHA-256 over the JSON text with
+/// object keys sorted (hex). An approval holds only for arguments with the same hash.
+pub fn arguments_hash(arguments: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    // serde_json's maps are ordered by key (no `preserve_order`), so the text is canonical.
+    let text = arguments.to_string();
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The `transition` tool of a piece: `targets` is every transition target in the piece (the
 /// same enum in every movement, so the definition never changes within a piece). Which
 /// targets the current movement allows is said in its guidance and checked on each call.
@@ -297,6 +355,16 @@ pub enum OperationRecord {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_arguments_hash_ignores_key_order_and_sees_every_value() {
+        let a: Value = serde_json::from_str(r#"{"path":"a","content":"x"}"#).expect("json");
+        let b: Value = serde_json::from_str(r#"{"content":"x","path":"a"}"#).expect("json");
+        let c: Value = serde_json::from_str(r#"{"content":"y","path":"a"}"#).expect("json");
+        assert_eq!(arguments_hash(&a), arguments_hash(&b));
+        assert_ne!(arguments_hash(&a), arguments_hash(&c));
+        assert_eq!(arguments_hash(&a).len(), 64);
+    }
+
     use super::*;
 
     #[test]

@@ -67,7 +67,10 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
                 rebuilt.movement_iterations = 0;
             }
             EventBody::Rewrite(r) => rebuilt.messages = r.messages,
-            EventBody::ToolCall(_) | EventBody::JobState(_) | EventBody::Redispatch(_) => {}
+            EventBody::ToolCall(_)
+            | EventBody::JobState(_)
+            | EventBody::Redispatch(_)
+            | EventBody::Decision(_) => {}
         }
     }
     if let Some(last) = rebuilt

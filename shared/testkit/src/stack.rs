@@ -256,6 +256,31 @@ impl Stack {
         Ok(body)
     }
 
+    /// Any API call as alice: `(status, JSON body)` (`null` for an empty body).
+    pub async fn api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))?
+        };
+        Ok((status, body))
+    }
+
     /// `GET /api/local/tasks/{id}` as alice.
     pub async fn get_task(&self, id: &str) -> anyhow::Result<Value> {
         let url = self.url(&format!("/api/local/tasks/{id}"));

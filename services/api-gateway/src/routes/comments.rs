@@ -3,8 +3,10 @@
 //! A comment is routed by the state of the task's latest job (SPEC §3.2): while the job can
 //! still take one (queued, running, waiting to retry or for subtasks) it becomes an
 //! interjection, delivered into the conversation at the job's next step; while the job waits
-//! for a decision on an approval it is refused (409); when the job is over (or there is none)
-//! it starts a follow-up job. Both writes are guarded on the job row, so a comment racing the
+//! for a decision (an approval, a token, a side effect) it is refused (409) and writes
+//! nothing; while the job waits for the answer to its question it is that answer, and a
+//! follow-up job resumes in the asking movement; when the job is over (or there is none) it
+//! starts a follow-up job. Both writes are guarded on the job row, so a comment racing the
 //! job's end is routed by the state that won.
 
 use axum::Json;
@@ -32,7 +34,7 @@ pub struct NewComment {
 pub struct Routed {
     #[serde(flatten)]
     comment: Comment,
-    /// `interjection` or `follow_up`.
+    /// `interjection`, `answer` (to the job's question) or `follow_up`.
     routed_to: &'static str,
 }
 
@@ -79,18 +81,38 @@ pub async fn create(
                     ));
                 }
             }
-            Some((_, JobStatus::WaitingHuman, reason)) => {
-                let reason = reason.unwrap_or_default();
-                let message = match reason.as_str() {
-                    "tool_request" | "package_request" => {
-                        format!("the job waits for a decision on a {reason}; decide it first")
-                    }
-                    other => format!("the job waits for a person ({other}); resolve that first"),
-                };
-                return Err(ApiError::Conflict {
-                    code: "decision_pending",
-                    message,
-                });
+            Some((_, status @ JobStatus::WaitingHuman, reason)) => {
+                if let Some(conflict) = super::actions::comment_conflict(status, reason.as_deref())
+                {
+                    return Err(conflict);
+                }
+                // The comment answers the job's question: a follow-up job resumes there.
+                let job_id = JobId::new();
+                let max_attempts = state.settings.job_max_attempts;
+                if let Some(comment) = maestro_db::actions::answer(
+                    &state.pool,
+                    task_id,
+                    &owner,
+                    &text,
+                    job_id,
+                    max_attempts,
+                )
+                .await?
+                {
+                    let dispatch = JobDispatch {
+                        job_id,
+                        task_id,
+                        attempt: 0,
+                    };
+                    super::tasks::dispatch(&state, dispatch).await;
+                    return Ok((
+                        StatusCode::CREATED,
+                        Json(Routed {
+                            comment,
+                            routed_to: "answer",
+                        }),
+                    ));
+                }
             }
             _ => {
                 let job_id = JobId::new();

@@ -1,5 +1,6 @@
 //! Request handlers, one module per resource.
 
+pub mod actions;
 pub mod comments;
 pub mod health;
 pub mod stream;

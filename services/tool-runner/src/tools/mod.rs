@@ -5,6 +5,7 @@
 
 mod files;
 mod http;
+mod packages;
 mod search;
 mod shell;
 
@@ -66,6 +67,9 @@ impl Toolbox {
             }
             "shell" => shell::run(&self.sandbox, &call, cancel).await?,
             "http_fetch" => http::fetch(&self.http, &call).await?,
+            maestro_domain::tools::INSTALL_PACKAGE => {
+                packages::install(&self.sandbox, &call, cancel).await?
+            }
             other => return Err(format!("unknown tool {other:?}")),
         };
         Ok(files::truncate(

@@ -10,6 +10,7 @@
 //! than repeat or skip it.
 
 use futures::future::join_all;
+use maestro_db::actions::NewAction;
 use maestro_db::operations::{self, NewOperation, Operation};
 use maestro_domain::piece::Movement;
 use maestro_domain::policy::wildcard;
@@ -19,6 +20,7 @@ use maestro_domain::tools::{
 use maestro_domain::{ToolCall, WaitReason};
 use serde_json::Value;
 
+use super::gate::Gate;
 use super::{JobEnd, JobError, JobRun};
 use crate::tool_client;
 
@@ -59,9 +61,22 @@ impl JobRun<'_> {
         if !regular.is_empty() {
             // What the model asked for is durable before anything touches the world.
             self.commit(None).await?;
-            let (results, stopped) = self.execute_all(&regular).await;
-            for (call, (content, is_error)) in regular.iter().zip(results) {
+            let mut runnable = Vec::with_capacity(regular.len());
+            let mut parked = Vec::new();
+            for call in regular {
+                match self.gate(&call).await? {
+                    Gate::Run => runnable.push(call),
+                    Gate::Park(item) => parked.push((call, item)),
+                    Gate::Answer(content, is_error) => self.record_result(&call, content, is_error),
+                }
+            }
+            let (results, stopped) = self.execute_all(&runnable).await;
+            for (call, (content, is_error)) in runnable.iter().zip(results) {
                 self.record_result(call, content, is_error);
+            }
+            if stopped.is_none() && !parked.is_empty() {
+                // The calls that need nobody ran; the rest wait (and the finals with them).
+                return self.pause_for_calls(parked).await.map(Some);
             }
             match stopped {
                 None => {}
@@ -77,8 +92,20 @@ impl JobRun<'_> {
                         "operation {operation_id} (`{tool}` with {arguments}) was started but its outcome \
                          is unknown; a person must say whether it happened before the job goes on"
                     );
+                    let item = NewAction {
+                        key: format!("op:{operation_id}"),
+                        kind: WaitReason::SideEffectUnknown,
+                        movement: self.place.movement.clone(),
+                        source_seq: None,
+                        detail: serde_json::json!({
+                            "operation_id": operation_id,
+                            "tool": tool,
+                            "arguments": serde_json::from_str::<Value>(&arguments)
+                                .unwrap_or(Value::String(arguments.clone())),
+                        }),
+                    };
                     return self
-                        .pause(WaitReason::SideEffectUnknown, reason)
+                        .pause(WaitReason::SideEffectUnknown, reason, vec![item])
                         .await
                         .map(Some);
                 }
@@ -122,7 +149,7 @@ impl JobRun<'_> {
         (results, None)
     }
 
-    fn spec(&self, call: &ToolCall) -> Option<&ToolSpec> {
+    pub(super) fn spec(&self, call: &ToolCall) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| t.name == call.name())
     }
 
@@ -154,7 +181,17 @@ impl JobRun<'_> {
             Err(error) => return Ok((error, true)),
         };
         let policy = &self.shared.policy;
-        if let Some(refusal) = policy.refusal(&spec.name, &arguments, &self.granted) {
+        let install = spec.name == tools::REQUEST_PACKAGE;
+        if spec.name == tools::ASK {
+            return Ok((
+                "Error: ask alone, once the other calls are done".to_owned(),
+                true,
+            ));
+        }
+        if !install
+            && let Some(refusal) = policy.refusal(&spec.name, &arguments, &self.granted)
+            && !(refusal.approvable && self.approved_calls.contains(&call.id))
+        {
             return Ok((format!("Error: {refusal}"), true));
         }
         if let Some(refusal) = movement_refusal(self.movement(), &spec.name) {
@@ -188,17 +225,26 @@ impl JobRun<'_> {
             job_id: self.claim.job_id,
             call_id: call.id.clone(),
             operation_id: operation_id.clone(),
-            tool: spec.name.clone(),
+            // An approved package request runs as the tool-runner's installer, which needs
+            // the package registry.
+            tool: if install {
+                tools::INSTALL_PACKAGE.to_owned()
+            } else {
+                spec.name.clone()
+            },
             arguments,
             timeout_ms: settings.tool_timeout.as_millis() as u64,
-            network: policy.network,
+            network: policy.network || install,
             allowed_hosts: policy.allowed_hosts.clone(),
             ledgered,
             mcp: tools::split_mcp_tool_name(&spec.name).and_then(|(server, _)| {
-                let config = policy.mcp_servers.get(server)?;
+                let mut config = policy.mcp_servers.get(server)?.clone();
+                if let Some(token) = self.mcp_tokens.get(server) {
+                    config.env.insert(config.token_env.clone(), token.clone());
+                }
                 Some(tools::McpTarget {
                     name: server.to_owned(),
-                    server: config.clone(),
+                    server: config,
                 })
             }),
         };
@@ -238,6 +284,18 @@ impl JobRun<'_> {
             Some(Operation::Committed(output)) => Ok(Some((output, false))),
             Some(Operation::Failed(output)) => Ok(Some((format!("Error: {output}"), true))),
             Some(Operation::Started { at }) => {
+                // A person may have said what became of it (`side_effect_unknown`).
+                let key = format!("op:{operation_id}");
+                if let Some(action) = self.decision(&key) {
+                    let verdict = action.decision.as_ref().map(|d| d["decision"].clone());
+                    if verdict == Some(Value::from("happened")) {
+                        let output = "a person confirmed that this call took effect";
+                        operations::finish(&self.shared.pool, operation_id, true, output).await?;
+                        return Ok(Some((output.to_owned(), false)));
+                    }
+                    tracing::info!(operation_id, "a person said it did not happen; running it");
+                    return Ok(None);
+                }
                 self.await_outcome(operation_id, spec, arguments, at).await
             }
         }

@@ -1,8 +1,9 @@
 //! The tools a job offers the model: the built-ins, the tools of the workspace's MCP servers
 //! (listed once through a tool-runner and kept for the life of the worker, so the `tools`
-//! array has the same bytes in every request), the piece's `transition` (when it has targets)
-//! and `complete`, in that order — the same bytes for every request of a piece.
+//! array has the same bytes in every request), `ask` and `request_package` (answered through
+//! a person), the piece's `transition` (when it has targets) and `complete`, in that order — the same bytes for every request of a piece.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,9 +17,14 @@ use super::Shared;
 use crate::tool_client;
 
 /// The offered tools, in their fixed order.
-pub(super) async fn tools(shared: &Shared, piece: &Piece) -> Vec<ToolSpec> {
+pub(super) async fn tools(
+    shared: &Shared,
+    piece: &Piece,
+    tokens: &BTreeMap<String, String>,
+) -> Vec<ToolSpec> {
     let mut tools = tools::builtin_tools();
-    tools.extend(mcp_tools(shared).await);
+    tools.extend(mcp_tools(shared, tokens).await);
+    tools.extend(tools::human_tools());
     let targets = piece.targets();
     if !targets.is_empty() {
         tools.push(tools::transition_tool(&targets));
@@ -62,25 +68,29 @@ pub(super) async fn agents_md(shared: &Shared, claim: &Claimed) -> Option<String
     }
 }
 
-/// The MCP servers' tools, listed on first use. A server that cannot be listed now is tried
-/// again by the next job; servers that need authorization are not started at all.
-async fn mcp_tools(shared: &Shared) -> Vec<ToolSpec> {
+/// The MCP servers' tools, each server listed on first use and kept for the life of the
+/// worker (in the policy's order, so the bytes never change). A server that cannot be listed
+/// now is tried again by the next job; a server that needs authorization is listed (with the
+/// owner's token) once a job has a token for it, and left out until then.
+async fn mcp_tools(shared: &Shared, tokens: &BTreeMap<String, String>) -> Vec<ToolSpec> {
     let mut cached = shared.mcp_tools.lock().await;
-    if let Some(tools) = cached.as_ref() {
-        return tools.clone();
-    }
     let mut tools = Vec::new();
-    let mut complete = true;
-    for (name, server) in shared
-        .policy
-        .mcp_servers
-        .iter()
-        .filter(|(_, s)| !s.requires_auth)
-    {
+    for (name, server) in &shared.policy.mcp_servers {
+        if let Some(listed) = cached.get(name) {
+            tools.extend(listed.iter().cloned());
+            continue;
+        }
+        let mut server = server.clone();
+        if server.requires_auth {
+            let Some(token) = tokens.get(name) else {
+                continue;
+            };
+            server.env.insert(server.token_env.clone(), token.clone());
+        }
         let request = McpListRequest {
             target: McpTarget {
                 name: name.clone(),
-                server: server.clone(),
+                server,
             },
             network: shared.policy.network,
         };
@@ -96,25 +106,22 @@ async fn mcp_tools(shared: &Shared) -> Vec<ToolSpec> {
             Ok(Ok(McpListReply {
                 tools: listed,
                 error: None,
-            })) => tools.extend(listed),
+            })) => {
+                tools.extend(listed.iter().cloned());
+                cached.insert(name.clone(), listed);
+            }
             Ok(Ok(McpListReply {
                 error: Some(error), ..
             })) => {
                 tracing::warn!(server = %name, %error, "cannot list the MCP server's tools");
-                complete = false;
             }
             Ok(Err(e)) => {
                 tracing::warn!(server = %name, error = %e, "malformed MCP listing");
-                complete = false;
             }
             Err(e) => {
                 tracing::warn!(server = %name, error = %e, "no tool-runner listed the MCP server");
-                complete = false;
             }
         }
-    }
-    if complete {
-        *cached = Some(tools.clone());
     }
     tools
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use maestro_db::actions::{self, NewAction};
 use maestro_db::jobs::{self, Fence, Transition};
 use maestro_domain::{EventBody, JobStateChange, JobStatus, WaitReason};
 use maestro_llm::LlmError;
@@ -160,13 +161,24 @@ impl JobRun<'_> {
         Ok(JobEnd::Released)
     }
 
-    /// Pause for a person (`waiting_human` for `wait`), saying why.
+    /// Pause for a person (`waiting_human` for `wait`), saying why, until every one of `items`
+    /// is answered. The items are recorded first (idempotently: a worker that dies before the
+    /// pause commits records the same ones again), then the pause commits with their summary.
     pub(super) async fn pause(
         &mut self,
         wait: WaitReason,
         reason: String,
+        items: Vec<NewAction>,
     ) -> Result<JobEnd, JobError> {
-        tracing::warn!(%reason, %wait, "pausing the job for a person");
+        tracing::warn!(%reason, %wait, items = items.len(), "pausing the job for a person");
+        let recorded = actions::record(
+            &self.shared.pool,
+            self.claim.task_id,
+            self.claim.job_id,
+            &items,
+        )
+        .await?;
+        let summaries: Vec<serde_json::Value> = recorded.iter().map(|a| a.summary()).collect();
         let transition = Transition {
             wait_reason: Some(wait),
             ..Transition::to(JobStatus::WaitingHuman)
@@ -177,6 +189,7 @@ impl JobRun<'_> {
             |c| {
                 c.wait_reason = Some(wait);
                 c.reason = Some(reason);
+                c.required_actions = summaries;
             },
         ));
         self.commit(Some(transition)).await?;

@@ -128,7 +128,17 @@ impl JobRun<'_> {
                 let note =
                     "ok: your question is with the user; their answer comes as the next message";
                 self.record_result(&call, note.to_owned(), false);
-                self.pause(WaitReason::Ask, result).await.map(Some)
+                let item = maestro_db::actions::NewAction {
+                    key: call.id.clone(),
+                    kind: WaitReason::Ask,
+                    movement: self.place.movement.clone(),
+                    source_seq: None,
+                    detail: serde_json::json!({"question": result}),
+                };
+                let reason = format!("the agent asks: {result}");
+                self.pause(WaitReason::Ask, reason, vec![item])
+                    .await
+                    .map(Some)
             }
             Final::End {
                 status: CompleteStatus::Abort,

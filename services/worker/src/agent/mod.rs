@@ -18,6 +18,7 @@ mod calls;
 mod catalog;
 mod ending;
 mod finals;
+mod gate;
 pub mod guard;
 mod llm;
 pub mod router;
@@ -106,7 +107,7 @@ pub struct Shared {
     /// The tool-runner's record of ledgered operations' outcomes.
     pub operations: maestro_messaging::setup::OperationOutcomes,
     /// The MCP servers' tools, once listed.
-    pub mcp_tools: Arc<tokio::sync::Mutex<Option<Vec<ToolSpec>>>>,
+    pub mcp_tools: Arc<tokio::sync::Mutex<BTreeMap<String, Vec<ToolSpec>>>>,
     /// Wake-ups for the jobs this worker runs.
     pub signals: crate::signals::Signals,
 }
@@ -161,6 +162,12 @@ pub struct JobRun<'a> {
     tools_json: Box<RawValue>,
     /// Tools approved for this task beyond the workspace policy.
     granted: Vec<String>,
+    /// Calls a person approved, with the arguments they saw: these run past the policy.
+    approved_calls: std::collections::HashSet<String>,
+    /// The items this job paused for before, with their decisions (read on resume).
+    decisions: Vec<maestro_db::actions::Action>,
+    /// The owner's tokens for the MCP servers that need one.
+    mcp_tokens: BTreeMap<String, String>,
     messages: Vec<Message>,
     unsaved: Vec<EventBody>,
     deltas: DeltaPublisher,
@@ -211,8 +218,13 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
         Vec::new()
     };
     let rebuilt = maestro_domain::transcript::rebuild(&history)?;
-    let tools = catalog::tools(shared, piece).await;
+    let tokens = gate::mcp_tokens(shared, claim).await?;
+    let tools = catalog::tools(shared, piece, &tokens).await;
     let mut run = JobRun::new(shared, claim, fence, delivery, piece, tools);
+    run.mcp_tokens = tokens;
+    if claim.attempt > 1 {
+        run.decisions = maestro_db::actions::of_job(&shared.pool, claim.job_id).await?;
+    }
     let pending = match rebuilt.movement.as_deref().and_then(|m| piece.movement(m)) {
         Some(movement) if !rebuilt.messages.is_empty() => {
             tracing::info!(
@@ -238,24 +250,8 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
             Vec::new()
         }
     };
-    let needs_auth: Vec<&String> = shared
-        .policy
-        .mcp_servers
-        .iter()
-        .filter(|(_, s)| s.requires_auth)
-        .map(|(name, _)| name)
-        .collect();
-    if !needs_auth.is_empty() {
-        // No token store yet: a server that needs authorization always waits for one.
-        let names = needs_auth
-            .iter()
-            .map(|n| n.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let reason = format!("the MCP servers {names} need authorization before the job can start");
-        return run
-            .pause(maestro_domain::WaitReason::McpAuthRequired, reason)
-            .await;
+    if let Some(end) = run.authorize_mcp().await? {
+        return Ok(end);
     }
     run.drive(pending).await
 }
@@ -293,7 +289,10 @@ impl<'a> JobRun<'a> {
             model,
             tools,
             tools_json,
-            granted: Vec::new(),
+            granted: claim.grants.clone(),
+            approved_calls: std::collections::HashSet::new(),
+            decisions: Vec::new(),
+            mcp_tokens: BTreeMap::new(),
             messages: Vec::new(),
             unsaved: Vec::new(),
             deltas,
@@ -311,11 +310,18 @@ impl<'a> JobRun<'a> {
     /// job, else the piece's) and seed the conversation. Committed with the first turn.
     async fn open(&mut self) -> Result<(), JobError> {
         let claim = self.claim;
+        // Resume (an answered question) > the task's start movement (first job) > the piece's.
         let override_start = claim
-            .start_movement
+            .resume_movement
             .as_deref()
-            .filter(|_| claim.job_no == 1)
-            .and_then(|m| self.piece.movement(m));
+            .and_then(|m| self.piece.movement(m))
+            .or_else(|| {
+                claim
+                    .start_movement
+                    .as_deref()
+                    .filter(|_| claim.job_no == 1)
+                    .and_then(|m| self.piece.movement(m))
+            });
         let start = override_start.unwrap_or_else(|| {
             self.piece
                 .movement(&self.piece.start)
@@ -332,6 +338,7 @@ impl<'a> JobRun<'a> {
             tools: &self.tools,
             claim,
             follow_ups: &follow_ups,
+            question: claim.resume_question.as_deref(),
             agents_md: agents_md.as_deref(),
         };
         for message in conversation::seed(self.piece, start, opening) {

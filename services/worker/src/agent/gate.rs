@@ -1,0 +1,306 @@
+//! Calls that need a person before they run (SPEC §3.2, §6.2). Before the calls of a turn
+//! run, each passes this gate:
+//!
+//! - `ask` parks the job for the user's answer (`waiting_human: ask`), within the task's ask
+//!   limit; the answer comes back as a follow-up job in the same movement.
+//! - `request_package` parks it for an approval (`package_request`); approved, the package is
+//!   installed into the workspace by a tool-runner and the model gets the outcome.
+//! - A call the workspace policy refuses in a way a person may lift (a tool not allowed, an
+//!   edit where edits are off, a gated tool) parks it for a decision (`tool_request`).
+//!   Approved, exactly that call runs — only if its arguments hash to what the reviewer saw;
+//!   "for the task" also grants the tool to every later call of the task. Denied, the model
+//!   gets a tool error saying so and goes on.
+//!
+//! Every parked call of one turn becomes one item of the same pause; the job resumes when all
+//! are decided. Calls that need nobody run as usual, before the pause.
+
+use std::collections::BTreeMap;
+
+use maestro_db::actions::{self, Action, NewAction};
+use maestro_db::jobs::Claimed;
+use maestro_domain::tools::{self, ASK, REQUEST_PACKAGE};
+use maestro_domain::{ToolCall, WaitReason};
+use serde_json::{Value, json};
+
+use super::calls::{movement_refusal, parse_arguments};
+use super::{JobEnd, JobError, JobRun, Shared};
+
+/// What becomes of a call before it runs.
+#[derive(Debug)]
+pub(super) enum Gate {
+    /// Run it (the policy is checked again as it runs).
+    Run,
+    /// It waits for a person: this item is recorded and the job pauses.
+    Park(NewAction),
+    /// Answered without running: `(content, is_error)`.
+    Answer(String, bool),
+}
+
+impl JobRun<'_> {
+    /// The gate of one call.
+    pub(super) async fn gate(&mut self, call: &ToolCall) -> Result<Gate, JobError> {
+        let Ok(arguments) = parse_arguments(&call.function.arguments) else {
+            // Running it reports the malformed arguments to the model.
+            return Ok(Gate::Run);
+        };
+        Ok(match call.name() {
+            ASK => self.gate_ask(call, &arguments),
+            REQUEST_PACKAGE => self.gate_package(call, &arguments).await?,
+            _ => self.gate_tool(call, &arguments).await?,
+        })
+    }
+
+    fn gate_ask(&self, call: &ToolCall, arguments: &Value) -> Gate {
+        let question = arguments["question"].as_str().unwrap_or_default().trim();
+        if question.is_empty() {
+            return Gate::Answer("Error: `question` is required".to_owned(), true);
+        }
+        let limit = self.shared.settings.max_asks;
+        if self.claim.ask_count >= limit {
+            return Gate::Answer(
+                format!(
+                    "Error: the user has been asked {limit} questions in this task, the most \
+                     allowed; go on with what you know, or `complete` with status \
+                     `needs_user_input`"
+                ),
+                true,
+            );
+        }
+        Gate::Park(self.item(call, WaitReason::Ask, json!({"question": question})))
+    }
+
+    async fn gate_package(&mut self, call: &ToolCall, arguments: &Value) -> Result<Gate, JobError> {
+        let package = match package(arguments) {
+            Ok(package) => package,
+            Err(error) => return Ok(Gate::Answer(error, true)),
+        };
+        Ok(match self.decision(&call.id) {
+            Some(action) if action.status == "approved" => Gate::Run,
+            Some(action) => Gate::Answer(
+                format!(
+                    "Error: a person denied installing {}{}",
+                    package["name"].as_str().unwrap_or_default(),
+                    note(&action)
+                ),
+                true,
+            ),
+            None => {
+                let reason = arguments["reason"].as_str().unwrap_or_default();
+                let detail = json!({"package": package, "reason": reason});
+                Gate::Park(self.item(call, WaitReason::PackageRequest, detail))
+            }
+        })
+    }
+
+    async fn gate_tool(&mut self, call: &ToolCall, arguments: &Value) -> Result<Gate, JobError> {
+        let name = call.name();
+        if self.spec(call).is_none() || movement_refusal(self.movement(), name).is_some() {
+            // Unknown, or not a tool of this movement: running it reports that.
+            return Ok(Gate::Run);
+        }
+        let refusal = match self.shared.policy.refusal(name, arguments, &self.granted) {
+            Some(refusal) if refusal.approvable => refusal,
+            // Allowed, or refused outright: running it answers either way.
+            _ => return Ok(Gate::Run),
+        };
+        let hash = tools::arguments_hash(arguments);
+        Ok(match self.decision(&call.id) {
+            Some(action) if action.status == "approved" => {
+                if action.detail["arguments_hash"].as_str() == Some(hash.as_str()) {
+                    self.approved_calls.insert(call.id.clone());
+                    Gate::Run
+                } else {
+                    // Fail closed: what would run is not what the reviewer approved.
+                    Gate::Answer(
+                        "Error: the approval was for other arguments; the call was not run"
+                            .to_owned(),
+                        true,
+                    )
+                }
+            }
+            Some(action) => Gate::Answer(
+                format!(
+                    "Error: a person denied this call of `{name}`{}; do not repeat it",
+                    note(&action)
+                ),
+                true,
+            ),
+            None => {
+                let detail = json!({
+                    "tool": name,
+                    "arguments": arguments,
+                    "arguments_hash": hash,
+                    "reason": refusal.reason,
+                });
+                Gate::Park(self.item(call, WaitReason::ToolRequest, detail))
+            }
+        })
+    }
+
+    fn item(&self, call: &ToolCall, kind: WaitReason, detail: Value) -> NewAction {
+        NewAction {
+            key: call.id.clone(),
+            kind,
+            movement: self.place.movement.clone(),
+            source_seq: None,
+            detail,
+        }
+    }
+
+    /// The decision on this job's item `key`, if it was decided (read when the job resumed).
+    pub(super) fn decision(&self, key: &str) -> Option<Action> {
+        self.decisions
+            .iter()
+            .find(|a| a.key == key && a.status != "pending")
+            .cloned()
+    }
+
+    /// Pause for the parked calls of a turn: one item each. An `ask` waits alone: next to
+    /// approvals it is answered with an error (the model may ask again once they are decided).
+    pub(super) async fn pause_for_calls(
+        &mut self,
+        parked: Vec<(ToolCall, NewAction)>,
+    ) -> Result<JobEnd, JobError> {
+        let (asks, decisions): (Vec<_>, Vec<_>) = parked
+            .into_iter()
+            .partition(|(_, item)| item.kind == WaitReason::Ask);
+        let items: Vec<NewAction> = if decisions.is_empty() {
+            asks.into_iter().take(1).map(|(_, item)| item).collect()
+        } else {
+            for (call, _) in &asks {
+                let error = "Error: ask once the pending approvals are decided".to_owned();
+                self.record_result(call, error, true);
+            }
+            decisions.into_iter().map(|(_, item)| item).collect()
+        };
+        let wait = items
+            .iter()
+            .map(|i| i.kind)
+            .find(|k| *k == WaitReason::ToolRequest)
+            .unwrap_or(items[0].kind);
+        let reason = match wait {
+            WaitReason::Ask => format!(
+                "the agent asks: {}",
+                items[0].detail["question"].as_str().unwrap_or_default()
+            ),
+            _ => format!("{} call(s) wait for a person's decision", items.len()),
+        };
+        self.pause(wait, reason, items).await
+    }
+
+    /// `mcp_auth_required` before the LLM is called when an MCP server that needs a token has
+    /// none from the task's owner.
+    pub(super) async fn authorize_mcp(&mut self) -> Result<Option<JobEnd>, JobError> {
+        let missing: Vec<&String> = self
+            .shared
+            .policy
+            .mcp_servers
+            .iter()
+            .filter(|(name, s)| s.requires_auth && !self.mcp_tokens.contains_key(*name))
+            .map(|(name, _)| name)
+            .collect();
+        if missing.is_empty() {
+            return Ok(None);
+        }
+        let items = missing
+            .iter()
+            .map(|server| NewAction {
+                key: format!("mcp:{server}:{}", self.claim.attempt),
+                kind: WaitReason::McpAuthRequired,
+                movement: self.place.movement.clone(),
+                source_seq: None,
+                detail: json!({"server": server}),
+            })
+            .collect();
+        let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        let reason = format!(
+            "the MCP servers {} need authorization before the job can start",
+            names.join(", ")
+        );
+        self.pause(WaitReason::McpAuthRequired, reason, items)
+            .await
+            .map(Some)
+    }
+}
+
+/// The task owner's tokens for the MCP servers that need one (no query when none does).
+pub(super) async fn mcp_tokens(
+    shared: &Shared,
+    claim: &Claimed,
+) -> Result<BTreeMap<String, String>, JobError> {
+    let needs: Vec<String> = shared
+        .policy
+        .mcp_servers
+        .iter()
+        .filter(|(_, s)| s.requires_auth)
+        .map(|(name, _)| name.clone())
+        .collect();
+    if needs.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let tokens = actions::tokens(&shared.pool, &claim.owner, &needs).await?;
+    Ok(tokens.into_iter().collect())
+}
+
+/// `{name, manager, version}` of a package request, checked: names and versions are plain
+/// tokens (never options or paths) so they cannot smuggle arguments into the installer.
+fn package(arguments: &Value) -> Result<Value, String> {
+    let text = |key: &str| {
+        arguments[key]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let (name, manager, version) = (text("name"), text("manager"), text("version"));
+    let plain = |s: &str, extra: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c) || extra.contains(c))
+    };
+    if !matches!(manager.as_str(), "pip" | "npm") {
+        return Err("Error: `manager` is pip or npm".to_owned());
+    }
+    // npm's scoped names (`@scope/name`); for pip a `/` would name a local path.
+    let scoped = if manager == "npm" { "@/" } else { "" };
+    if name.is_empty() || name.starts_with(['-', '.']) || !plain(&name, scoped) {
+        return Err(format!("Error: {name:?} is not a package name"));
+    }
+    if !version.is_empty() && (version.starts_with('-') || !plain(&version, "+!")) {
+        return Err(format!("Error: {version:?} is not a version"));
+    }
+    Ok(
+        json!({"name": name, "manager": manager, "version": (!version.is_empty()).then_some(version)}),
+    )
+}
+
+/// `: <note>` when the decision has one.
+fn note(action: &Action) -> String {
+    action
+        .decision
+        .as_ref()
+        .and_then(|d| d["note"].as_str())
+        .filter(|n| !n.trim().is_empty())
+        .map(|n| format!(": {}", n.trim()))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_requests_take_plain_names_and_versions_only() {
+        let ok =
+            package(&json!({"name": "six", "manager": "pip", "version": "1.16.0"})).expect("valid");
+        assert_eq!(
+            ok,
+            json!({"name": "six", "manager": "pip", "version": "1.16.0"})
+        );
+        assert!(package(&json!({"name": "@scope/pkg", "manager": "npm"})).is_ok());
+        assert!(package(&json!({"name": "--index-url=x", "manager": "pip"})).is_err());
+        assert!(package(&json!({"name": "six; rm -rf /", "manager": "pip"})).is_err());
+        assert!(package(&json!({"name": "six", "manager": "apt"})).is_err());
+        assert!(package(&json!({"name": "a/b", "manager": "pip"})).is_err());
+        assert!(package(&json!({"name": "six", "manager": "pip", "version": "-e ."})).is_err());
+    }
+}
