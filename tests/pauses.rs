@@ -1,7 +1,8 @@
 //! Pauses and human answers through the HTTP API, with the scripted LLM: tool requests
 //! (approve once / for the task, deny, two in one pause, a race of decisions), a comment during
 //! an approval wait, ASK answered by a comment (a follow-up job in the same movement, with the
-//! ask limit), and package requests installed with a real `pip install` into the workspace.
+//! ask limit), package requests installed with real `pip install` / `npm install` runs into the
+//! workspace (and a failed install reported to the model), and a cancelled pause.
 
 use std::time::Duration;
 
@@ -486,6 +487,7 @@ async fn an_approved_package_is_installed_into_the_workspace_and_a_failure_is_re
         turn(&[call("request_package", json!({"name": "six", "manager": "pip", "version": "1.16.0", "reason": "compat"}))]),
         turn(&[call("shell", json!({"command": "PYTHONPATH=.maestro/pip python3 -c 'import six; print(six.__version__)'"}))]),
         turn(&[call("request_package", json!({"name": "maestro-no-such-package-4821", "manager": "pip"}))]),
+        turn(&[call("request_package", json!({"name": "is-number", "manager": "npm", "version": "7.0.0"}))]),
         complete("installed"),
     ]}]});
     let Setup { stack, _dir } = setup(scenarios, &[("TOOL_TIMEOUT_MS", "180000")]).await;
@@ -546,15 +548,85 @@ async fn an_approved_package_is_installed_into_the_workspace_and_a_failure_is_re
     )
     .await;
     assert_eq!(status, 200);
-    let done = stack
-        .wait_for_status(&id, &["succeeded", "failed"], Duration::from_secs(240))
+    // The failed install is reported to the model, which asks for an npm package next.
+    let paused = stack
+        .wait_for_status(
+            &id,
+            &["waiting_human", "failed", "succeeded"],
+            Duration::from_secs(240),
+        )
         .await
-        .expect("done");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        .expect("npm request");
+    assert_eq!(paused["latest_job"]["status"], "waiting_human", "{paused}");
     let failed = tool_answer(&stack, "call_2_0").await;
     assert!(
         failed.starts_with("Error:")
             && failed.contains("installing maestro-no-such-package-4821 failed"),
         "{failed}"
     );
+    let items = pending(&stack, &id).await;
+    assert_eq!(items[0]["package"]["manager"], "npm");
+    let rid = items[0]["id"].as_str().expect("id");
+    let (status, _) = decide(
+        &stack,
+        &id,
+        "package-requests",
+        rid,
+        json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let done = stack
+        .wait_for_status(&id, &["succeeded", "failed"], Duration::from_secs(240))
+        .await
+        .expect("done");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    let npm = tool_answer(&stack, "call_3_0").await;
+    assert!(npm.contains("installed is-number 7.0.0 with npm"), "{npm}");
+    let manifest = stack
+        .workspace(&id)
+        .join(".maestro/npm/node_modules/is-number/package.json");
+    assert!(manifest.exists(), "installed into the workspace only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_pause_waits_for_nothing_and_takes_no_decision() {
+    let scenarios = json!({"scenarios": [{"name": "cancel", "turns": [
+        turn(&[write("c.txt", "never")]),
+        complete("not reached"),
+    ]}]});
+    let Setup { stack, _dir } = setup(scenarios, &[]).await;
+    let id = start(&stack, "write c").await;
+    wait(&stack, &id, &["waiting_human"]).await;
+    let rid = pending(&stack, &id).await[0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let cancel = format!("/api/local/tasks/{id}/cancel");
+    let (status, _) = stack
+        .api(Method::POST, &cancel, None)
+        .await
+        .expect("cancel");
+    assert_eq!(status, 200);
+    assert!(
+        pending(&stack, &id).await.is_empty(),
+        "nothing is waited for"
+    );
+    let (status, body) = decide(
+        &stack,
+        &id,
+        "tool-requests",
+        &rid,
+        json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("not_waiting")),
+        "{body}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let task = stack.get_task(&id).await.expect("task");
+    assert_eq!(task["latest_job"]["status"], "cancelled");
+    assert!(!stack.workspace(&id).join("c.txt").exists());
 }

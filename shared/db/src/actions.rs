@@ -126,16 +126,18 @@ pub async fn record(
     Ok(recorded)
 }
 
-/// A task's items: the pending ones of its latest job, or (`all`) every item ever, oldest
-/// first.
+/// A task's items: the pending ones of its waiting job, or (`all`) every item ever, oldest
+/// first. (A cancelled job's undecided items stay `pending` in the history; they are not
+/// waited for.)
 pub async fn list(pool: &PgPool, task_id: TaskId, all: bool) -> Result<Vec<Action>, DbError> {
     let rows = sqlx::query!(
         r#"
-        SELECT id, task_id, job_id, key, kind, status, movement, source_seq, detail, decision,
-               created_at, decided_at
-          FROM required_actions
-         WHERE task_id = $1 AND ($2 OR status = 'pending')
-         ORDER BY created_at, id
+        SELECT a.id, a.task_id, a.job_id, a.key, a.kind, a.status, a.movement, a.source_seq,
+               a.detail, a.decision, a.created_at, a.decided_at
+          FROM required_actions a JOIN jobs j ON j.id = a.job_id
+         WHERE a.task_id = $1
+           AND ($2 OR (a.status = 'pending' AND j.status = 'waiting_human'))
+         ORDER BY a.created_at, a.id
         "#,
         task_id.0,
         all
@@ -551,9 +553,10 @@ pub async fn waiting_for_token(
 ) -> Result<Vec<(TaskId, Uuid)>, DbError> {
     let rows = sqlx::query!(
         r#"
-        SELECT a.task_id, a.id FROM required_actions a JOIN tasks t ON t.id = a.task_id
+        SELECT a.task_id, a.id FROM required_actions a
+          JOIN tasks t ON t.id = a.task_id JOIN jobs j ON j.id = a.job_id
          WHERE t.owner = $1 AND a.kind = 'mcp_auth_required' AND a.status = 'pending'
-           AND a.detail ->> 'server' = $2
+           AND j.status = 'waiting_human' AND a.detail ->> 'server' = $2
         "#,
         owner.as_str(),
         server

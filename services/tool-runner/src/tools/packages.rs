@@ -11,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Call, parse};
 use crate::sandbox::{Exit, Invocation, Sandbox};
 
+/// Debian's bundle of the system's trusted CAs (visible in the sandbox under `/etc/ssl`).
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 #[derive(Deserialize)]
 struct Package {
     name: String,
@@ -89,6 +92,9 @@ pub async fn install(
         env: vec![
             ("HOME".to_owned(), "/workspace/.maestro/home".to_owned()),
             ("MAESTRO_OPERATION_ID".to_owned(), call.operation_id.clone()),
+            // Trust the system's CA store (as pip does on Debian), so a registry behind a
+            // TLS-inspecting proxy with a locally trusted CA works for npm too.
+            ("NODE_EXTRA_CA_CERTS".to_owned(), SYSTEM_CA_BUNDLE.to_owned()),
         ],
         network: true,
         timeout: call.timeout,
