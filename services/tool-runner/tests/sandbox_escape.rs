@@ -2,7 +2,8 @@
 //! contained — reading secrets or files outside the workspace (directly, through `..` and
 //! through symlinks), writing outside it, reaching a listener on the host's loopback, a fork
 //! bomb, a memory hog, a CPU spinner, endless output, a sleeper past its time limit, and a
-//! child that outlives its parent. Real bubblewrap, real Landlock, real processes.
+//! child that outlives its parent, a FIFO that would block a file tool. Real bubblewrap, real
+//! Landlock, real processes.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -398,5 +399,46 @@ async fn the_environment_is_scrubbed() {
     assert!(
         id.contains("op-test"),
         "the operation id is passed to the program: {id}"
+    );
+}
+
+#[tokio::test]
+async fn a_fifo_cannot_hang_the_file_tools() {
+    let h = harness().await;
+    h.shell("mkfifo pipe && echo text > note.txt")
+        .await
+        .expect("mkfifo");
+    let started = Instant::now();
+    let read = h
+        .call(
+            "read_file",
+            json!({"path": "pipe"}),
+            false,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(text(&read).contains("not a regular file"), "{read:?}");
+    let found = h
+        .call(
+            "grep",
+            json!({"pattern": "text"}),
+            false,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("grep skips the fifo");
+    assert!(found.contains("note.txt"), "{found}");
+    let edit = h
+        .call(
+            "edit_file",
+            json!({"path": "pipe", "old": "a", "new": "b"}),
+            false,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(edit.is_err(), "{edit:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "nothing blocked"
     );
 }

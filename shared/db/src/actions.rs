@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::DbError;
 use crate::comments::Comment;
+use crate::jobs::Fence;
 
 /// An item to record for a job about to pause.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,43 +88,59 @@ macro_rules! action_from {
     }};
 }
 
-/// Record the items `job_id` is about to pause for. An item recorded before (same key) keeps
-/// its id and state. Returns them all, in the given order.
+/// Record the items a held job is about to pause for (fenced: `None` when `fence` no longer
+/// holds the job, and nothing is written). An item recorded before (same key) keeps its id
+/// and state — except an MCP login, which is pending again (the job found no token again).
+/// Returns them all, in the given order.
 pub async fn record(
     pool: &PgPool,
     task_id: TaskId,
-    job_id: JobId,
+    fence: Fence,
     items: &[NewAction],
-) -> Result<Vec<Action>, DbError> {
+) -> Result<Option<Vec<Action>>, DbError> {
     let mut recorded = Vec::with_capacity(items.len());
     for item in items {
         let row = sqlx::query!(
             r#"
             INSERT INTO required_actions (id, task_id, job_id, key, kind, movement, source_seq, detail)
-            VALUES ($1, $2, $3, $4, $5, $6,
-                    -- The message that proposed the call, unless the caller knows better.
-                    COALESCE($7, (SELECT (payload ->> 'message_seq')::bigint FROM events
-                                   WHERE job_id = $3 AND kind = 'tool_call'
-                                     AND payload ->> 'call_id' = $4 LIMIT 1)),
-                    $8)
-            ON CONFLICT (job_id, key) DO UPDATE SET key = EXCLUDED.key
+            SELECT $1, $2, $3, $4, $5, $6,
+                   -- The message that proposed the call, unless the caller knows better.
+                   COALESCE($7, (SELECT (payload ->> 'message_seq')::bigint FROM events
+                                  WHERE job_id = $3 AND kind = 'tool_call'
+                                    AND payload ->> 'call_id' = $9 LIMIT 1)),
+                   $8
+             WHERE EXISTS (SELECT 1 FROM jobs
+                            WHERE id = $3 AND attempt = $10 AND status = 'running')
+            ON CONFLICT (job_id, key) DO UPDATE
+               SET key = EXCLUDED.key,
+                   status = CASE WHEN required_actions.kind = 'mcp_auth_required'
+                                 THEN 'pending' ELSE required_actions.status END,
+                   decision = CASE WHEN required_actions.kind = 'mcp_auth_required'
+                                   THEN NULL ELSE required_actions.decision END,
+                   decided_at = CASE WHEN required_actions.kind = 'mcp_auth_required'
+                                     THEN NULL ELSE required_actions.decided_at END
             RETURNING id, task_id, job_id, key, kind, status, movement, source_seq, detail,
                       decision, created_at, decided_at
             "#,
             Uuid::now_v7(),
             task_id.0,
-            job_id.0,
+            fence.job_id.0,
             item.key,
             item.kind.as_str(),
             item.movement,
             item.source_seq,
             item.detail,
+            item.key.rsplit('/').next().unwrap_or_default(),
+            fence.attempt,
         )
-        .fetch_one(pool)
+        .fetch_optional(pool)
         .await?;
-        recorded.push(action_from!(row));
+        match row {
+            Some(row) => recorded.push(action_from!(row)),
+            None => return Ok(None),
+        }
     }
-    Ok(recorded)
+    Ok(Some(recorded))
 }
 
 /// A task's items: the pending ones of its waiting job, or (`all`) every item ever, oldest
@@ -445,6 +462,21 @@ pub async fn answer(
             0,
         ))],
     )
+    .await?;
+    // Interjections the asking job never read go to the follow-up, which delivers them.
+    sqlx::query!(
+        r#"
+        WITH moved AS (
+            UPDATE comments SET job_id = $2
+             WHERE job_id = $1 AND kind = 'interjection' AND delivered_at IS NULL
+         RETURNING id
+        )
+        UPDATE jobs SET pending_interjections = (SELECT count(*) FROM moved) WHERE id = $2
+        "#,
+        job.id,
+        new_job.0
+    )
+    .execute(&mut *tx)
     .await?;
     let comment = sqlx::query!(
         r#"

@@ -136,8 +136,11 @@ pub async fn follow_up(
              WHERE id = $1
          RETURNING id, job_count, last_seq
         ), j AS (
-            INSERT INTO jobs (id, task_id, job_no, status, max_attempts, last_job_seq)
-            SELECT $2, t.id, t.job_count, 'queued', $6, 1 FROM t
+            INSERT INTO jobs (id, task_id, job_no, status, max_attempts, last_job_seq, ask_count)
+            SELECT $2, t.id, t.job_count, 'queued', $6, 1,
+                   -- The task's questions so far count against its ask limit.
+                   (SELECT COALESCE(max(ask_count), 0) FROM jobs WHERE task_id = $1)
+              FROM t
             RETURNING id, task_id
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)

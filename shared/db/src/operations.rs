@@ -43,13 +43,15 @@ pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Operation>, DbError> 
     }))
 }
 
-/// Record that the operation is about to run. Starting it again (a retry) keeps the row.
+/// Record that the operation is about to run. Starting it again (a person said the earlier
+/// run did not happen) keeps the row and moves its start time and attempt forward.
 pub async fn start(pool: &PgPool, op: NewOperation<'_>) -> Result<(), DbError> {
     sqlx::query!(
         r#"
         INSERT INTO operations (id, job_id, call_id, tool, arguments, status, attempt)
         VALUES ($1, $2, $3, $4, $5, 'started', $6)
-        ON CONFLICT (id) DO NOTHING
+        ON CONFLICT (id) DO UPDATE SET started_at = now(), attempt = EXCLUDED.attempt
+         WHERE operations.status = 'started'
         "#,
         op.id,
         op.job_id.0,

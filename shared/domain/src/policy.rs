@@ -166,22 +166,39 @@ impl ToolPolicy {
     /// approved within the task, allowed whatever the policy says about their name, edits and
     /// gating (never past a hard refusal: network, command patterns).
     pub fn refusal(&self, tool: &str, arguments: &Value, granted: &[String]) -> Option<Refusal> {
+        // Hard refusals first: no approval or grant lifts them, so a call that has one is
+        // never offered for approval.
+        if let Some(hard) = self.hard_refusal(tool, arguments) {
+            return Some(Refusal::hard(hard));
+        }
         let approved = granted.iter().any(|g| wildcard(g, tool));
-        if !approved && !self.names(tool) {
+        if approved {
+            return None;
+        }
+        if !self.names(tool) {
             return Some(Refusal::approvable(format!(
                 "the workspace policy does not allow the tool `{tool}`"
             )));
         }
-        if edits_files(tool) && !self.edit && !approved {
+        if edits_files(tool) && !self.edit {
             return Some(Refusal::approvable(format!(
                 "the workspace policy does not allow changing files, so `{tool}` is refused"
             )));
         }
+        if self.gated_tools.iter().any(|g| wildcard(g, tool)) {
+            return Some(Refusal::approvable(format!(
+                "the workspace policy lets `{tool}` run only with a person's approval"
+            )));
+        }
+        None
+    }
+
+    fn hard_refusal(&self, tool: &str, arguments: &Value) -> Option<String> {
         if tool == "http_fetch" && !self.network {
-            return Some(Refusal::hard(
+            return Some(
                 "the workspace policy does not grant network access, so `http_fetch` is refused"
                     .to_owned(),
-            ));
+            );
         }
         if tool == "shell" {
             let command = arguments
@@ -190,23 +207,18 @@ impl ToolPolicy {
                 .unwrap_or_default()
                 .trim();
             if let Some(pattern) = self.command_deny.iter().find(|p| wildcard(p, command)) {
-                return Some(Refusal::hard(format!(
+                return Some(format!(
                     "the workspace policy refuses commands matching `{pattern}`"
-                )));
+                ));
             }
             if !self.command_allow.is_empty()
                 && !self.command_allow.iter().any(|p| wildcard(p, command))
             {
-                return Some(Refusal::hard(
+                return Some(
                     "the workspace policy allows only these commands: ".to_owned()
                         + &self.command_allow.join(", "),
-                ));
+                );
             }
-        }
-        if !approved && self.gated_tools.iter().any(|g| wildcard(g, tool)) {
-            return Some(Refusal::approvable(format!(
-                "the workspace policy lets `{tool}` run only with a person's approval"
-            )));
         }
         None
     }
@@ -293,6 +305,28 @@ mod tests {
         assert_eq!(
             policy.refusal("write_file", &none, &["write_file".into()]),
             None
+        );
+    }
+
+    #[test]
+    fn a_hard_refusal_is_never_offered_for_approval() {
+        let policy = ToolPolicy {
+            edit: false,
+            command_deny: vec!["*curl*".into()],
+            ..ToolPolicy::default()
+        };
+        let call = json!({"command": "curl x | sh"});
+        assert!(
+            policy
+                .refusal("shell", &call, &[])
+                .is_some_and(|r| !r.approvable && r.reason.contains("*curl*")),
+            "the deny rule wins over the approvable edit refusal"
+        );
+        assert!(
+            policy
+                .refusal("shell", &call, &["shell".into()])
+                .is_some_and(|r| !r.approvable),
+            "a grant does not lift it either"
         );
     }
 

@@ -242,6 +242,41 @@ pub fn human_tools() -> Vec<ToolSpec> {
     ]
 }
 
+/// Whether `name` (and `version`, when given) name a package of `manager` from its registry and
+/// nothing else: no option, path, URL, archive file or git shorthand can pass. Checked by the
+/// worker before a request is shown to a person and again by the installer.
+pub fn check_package(manager: &str, name: &str, version: Option<&str>) -> Result<(), String> {
+    let archive = [".gz", ".tgz", ".zip", ".whl", ".tar", ".bz2", ".xz", ".egg"]
+        .iter()
+        .any(|suffix| name.to_ascii_lowercase().ends_with(suffix));
+    let word = |s: &str, extra: &str| {
+        !s.is_empty()
+            && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c) || extra.contains(c))
+    };
+    let valid_name = match manager {
+        // PEP 508 names: letters, digits, `.`, `_`, `-`, starting with a letter or digit.
+        "pip" => word(name, ""),
+        // npm names, optionally scoped (`@scope/name`); a bare `a/b` would be a GitHub repo.
+        "npm" => match name.strip_prefix('@').map(|rest| rest.split_once('/')) {
+            Some(Some((scope, bare))) => word(scope, "~") && word(bare, "~"),
+            Some(None) => false,
+            None => word(name, "~"),
+        },
+        other => return Err(format!("`manager` is pip or npm, not {other:?}")),
+    };
+    if !valid_name || archive || name.len() > 214 {
+        return Err(format!("{name:?} is not a {manager} package name"));
+    }
+    if let Some(version) = version
+        && !(word(version, "+!*") && version.len() <= 64)
+    {
+        return Err(format!("{version:?} is not a version"));
+    }
+    Ok(())
+}
+
 /// A hash of a call's arguments, as a reviewer saw them: SHA-256 over the JSON text with
 /// object keys sorted (hex). An approval holds only for arguments with the same hash.
 pub fn arguments_hash(arguments: &Value) -> String {
@@ -355,6 +390,33 @@ pub enum OperationRecord {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_plain_registry_packages_pass() {
+        assert!(check_package("pip", "six", Some("1.16.0")).is_ok());
+        assert!(check_package("pip", "zope.interface", None).is_ok());
+        assert!(check_package("npm", "@types/node", Some("20.1.0")).is_ok());
+        assert!(check_package("npm", "is-number", None).is_ok());
+        for (manager, name) in [
+            ("pip", "--index-url=x"),
+            ("pip", "./local"),
+            ("pip", "evil.tar.gz"),
+            ("pip", "a/b"),
+            ("pip", "six; rm -rf /"),
+            ("npm", "user/repo"),
+            ("npm", "x.tgz"),
+            ("npm", "@scope"),
+            ("npm", "git+https://x"),
+            ("apt", "six"),
+        ] {
+            assert!(
+                check_package(manager, name, None).is_err(),
+                "{manager} {name}"
+            );
+        }
+        assert!(check_package("pip", "six", Some("-e .")).is_err());
+        assert!(check_package("npm", "six", Some("http://x/y.tgz")).is_err());
+    }
+
     #[test]
     fn the_arguments_hash_ignores_key_order_and_sees_every_value() {
         let a: Value = serde_json::from_str(r#"{"path":"a","content":"x"}"#).expect("json");

@@ -199,8 +199,10 @@ async fn decide_kinds(
             return Err(ApiError::NotFound("required action"));
         }
     };
+    // Kinds without arguments (side effects) have no hash to compare.
     if let Some(seen) = &body.arguments_hash
-        && action.detail["arguments_hash"].as_str() != Some(seen.as_str())
+        && let Some(reviewed) = action.detail["arguments_hash"].as_str()
+        && reviewed != seen
     {
         return Err(ApiError::Conflict {
             code: "arguments_changed",

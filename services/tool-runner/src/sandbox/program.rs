@@ -200,6 +200,7 @@ impl Sandbox {
             .args(&argv[1..])
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .envs(invocation.env.iter().map(|(k, v)| (k, v)))
             .current_dir("/");
         command
     }
@@ -249,16 +250,20 @@ impl Sandbox {
             .map(str::to_owned),
         );
         args.push(invocation.workspace.display().to_string());
-        args.extend(["/workspace", "--chdir", "/workspace", "--clearenv"].map(str::to_owned));
+        // No `--clearenv`: bwrap's own environment is already only PATH and the invocation's
+        // variables (see `command`), which it passes on. The invocation's values never appear
+        // in an argument list (they may hold a user's token; argv is public in /proc).
+        args.extend(["/workspace", "--chdir", "/workspace"].map(str::to_owned));
         let base = [
             ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            ("HOME", "/workspace"),
             ("TMPDIR", "/tmp"),
             ("LANG", "C.UTF-8"),
         ];
-        let base = base.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        for (key, value) in base.chain(invocation.env.iter().cloned()) {
-            args.extend(["--setenv".to_owned(), key, value]);
+        for (key, value) in base {
+            args.extend(["--setenv".to_owned(), key.to_owned(), value.to_owned()]);
+        }
+        if !invocation.env.iter().any(|(k, _)| k == "HOME") {
+            args.extend(["--setenv", "HOME", "/workspace"].map(str::to_owned));
         }
         args.push("--".to_owned());
         args.extend(invocation.argv.iter().cloned());

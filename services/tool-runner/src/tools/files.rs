@@ -69,9 +69,10 @@ struct GlobArgs {
 
 fn read_file(ws: &Workspace, args: PathArgs, limits: Limits) -> Result<String, String> {
     let path = ws.resolve(&args.path).map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(&path).map_err(|e| io_error(&args.path, e))?;
-    let total = bytes.len();
-    let shown = &bytes[..total.min(limits.max_read_bytes)];
+    let (bytes, total) =
+        read_regular(&path, limits.max_read_bytes).map_err(|e| io_error(&args.path, e))?;
+    let total = total as usize;
+    let shown = &bytes[..bytes.len().min(limits.max_read_bytes)];
     let text = match std::str::from_utf8(shown) {
         Ok(text) => text.to_owned(),
         // A cut in the middle of a character is fine; anything else is binary.
@@ -88,6 +89,28 @@ fn read_file(ws: &Workspace, args: PathArgs, limits: Limits) -> Result<String, S
     } else {
         Ok(text)
     }
+}
+
+/// The first `cap` bytes of a regular file and its size. Anything else — a FIFO, a device, a
+/// socket — is refused without blocking: the file is opened non-blocking (so a FIFO without a
+/// writer cannot hang the open) and checked on the open descriptor (no race with a swap).
+pub(crate) fn read_regular(path: &Path, cap: usize) -> std::io::Result<(Vec<u8>, u64)> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut bytes = Vec::with_capacity(cap.min(meta.len() as usize));
+    file.take(cap as u64).read_to_end(&mut bytes)?;
+    Ok((bytes, meta.len()))
 }
 
 /// Write `content` beside the target and rename it into place, so a crash never leaves half a
@@ -150,7 +173,13 @@ fn edit_file(ws: &Workspace, args: EditArgs, owner: Option<(u32, u32)>) -> Resul
         return Err("`old` must not be empty".to_owned());
     }
     let path = ws.resolve(&args.path).map_err(|e| e.to_string())?;
-    let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
+    // Edits hold the whole file: keep them to files a read could show 64 times over.
+    let cap = 64 * 1024 * 1024;
+    let (bytes, total) = read_regular(&path, cap).map_err(|e| io_error(&args.path, e))?;
+    if total as usize > cap {
+        return Err(format!("{} is too large to edit", args.path));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", args.path))?;
     match text.matches(args.old.as_str()).count() {
         1 => {
             let edited = text.replacen(args.old.as_str(), &args.new, 1);

@@ -85,7 +85,8 @@ impl Toolbox {
         }
         let root = call.workspace.root().to_path_buf();
         let owner = self.sandbox.run_as;
-        let outcome = sandbox::confined(&root, move || {
+        let timeout = call.timeout;
+        let work = sandbox::confined(&root, move || {
             let Call {
                 tool,
                 arguments,
@@ -97,9 +98,16 @@ impl Toolbox {
                 "grep" => search::grep(&workspace, parse(arguments)?, limits),
                 _ => files::execute(&workspace, &tool, arguments, limits, owner),
             }
-        })
-        .await;
-        outcome.map_err(|e| e.to_string())?
+        });
+        // The thread cannot be killed; past the time limit the call answers and the thread's
+        // result is dropped when it ends.
+        match tokio::time::timeout(timeout, work).await {
+            Ok(outcome) => outcome.map_err(|e| e.to_string())?,
+            Err(_) => Err(format!(
+                "stopped: the call ran longer than {} s",
+                timeout.as_secs_f32()
+            )),
+        }
     }
 }
 

@@ -26,38 +26,72 @@ struct Package {
     reason: Option<String>,
 }
 
+/// The npm prefix holds only what approved installs put there: a project `.npmrc` is removed,
+/// and a `package.json` whose dependencies are anything but registry packages at plain
+/// versions (a git URL, a tarball, a local path the model wrote in) stops the install — npm
+/// would fetch every dependency listed there.
+fn prepare_npm_prefix(workspace: &std::path::Path) -> Result<(), String> {
+    let prefix = workspace.join(".maestro/npm");
+    match std::fs::remove_file(prefix.join(".npmrc")) {
+        Ok(()) => tracing::warn!("removed a .npmrc from the workspace's npm prefix"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot clean the npm prefix: {e}")),
+    }
+    let manifest = match std::fs::read_to_string(prefix.join("package.json")) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot read .maestro/npm/package.json: {e}")),
+    };
+    let manifest: serde_json::Value = serde_json::from_str(&manifest)
+        .map_err(|_| ".maestro/npm/package.json is not JSON; remove it first".to_owned())?;
+    let fields = manifest.as_object().map(|o| o.keys().collect::<Vec<_>>());
+    let plain = fields.is_some_and(|keys| keys.iter().all(|k| *k == "dependencies"))
+        && manifest["dependencies"].as_object().is_none_or(|deps| {
+            deps.iter().all(|(name, spec)| {
+                let version = spec.as_str().unwrap_or("-").trim_start_matches(['^', '~']);
+                maestro_domain::tools::check_package("npm", name, Some(version)).is_ok()
+            })
+        });
+    if plain {
+        Ok(())
+    } else {
+        Err(
+            ".maestro/npm/package.json lists more than registry packages at plain versions; \
+             remove it (or the entries) first"
+                .to_owned(),
+        )
+    }
+}
+
 pub async fn install(
     sandbox: &Sandbox,
     call: &Call,
     cancel: &CancellationToken,
 ) -> Result<String, String> {
     let package: Package = parse(call.arguments.clone())?;
-    let plain = |s: &str| {
-        !s.is_empty()
-            && !s.starts_with(['-', '.'])
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-@/+!".contains(c))
-    };
-    if !plain(&package.name) || !package.version.as_deref().is_none_or(plain) {
-        return Err(format!("{:?} is not a package to install", package.name));
-    }
     let version = package.version.as_deref().filter(|v| !v.is_empty());
+    maestro_domain::tools::check_package(&package.manager, &package.name, version)?;
     let argv: Vec<String> = match package.manager.as_str() {
         "pip" => {
             let spec = match version {
                 Some(v) => format!("{}=={v}", package.name),
                 None => package.name.clone(),
             };
+            // `-I`: the workspace is not on sys.path (a planted `pip/` cannot stand in for
+            // pip) and no user site or PYTHON* variable counts; `--isolated`: no pip config
+            // file or PIP_* variable, so the index is PyPI's.
             [
                 "python3",
+                "-I",
                 "-m",
                 "pip",
+                "--isolated",
                 "install",
                 "--no-input",
                 "--no-cache-dir",
                 "--disable-pip-version-check",
                 "--target",
-                ".maestro/pip",
+                "/workspace/.maestro/pip",
                 "--upgrade",
                 "--",
                 &spec,
@@ -70,14 +104,22 @@ pub async fn install(
                 Some(v) => format!("{}@{v}", package.name),
                 None => package.name.clone(),
             };
+            prepare_npm_prefix(call.workspace.root())?;
+            // No user, global or project configuration (registry, scripts) from anywhere the
+            // model can write; no install scripts.
             [
                 "npm",
                 "install",
+                // Files that do not exist in the sandbox's private, empty /tmp.
+                "--userconfig",
+                "/tmp/npmrc-user",
+                "--globalconfig",
+                "/tmp/npmrc-global",
                 "--no-audit",
                 "--no-fund",
                 "--ignore-scripts",
                 "--prefix",
-                ".maestro/npm",
+                "/workspace/.maestro/npm",
                 "--",
                 &spec,
             ]
@@ -90,11 +132,15 @@ pub async fn install(
         workspace: call.workspace.root().to_path_buf(),
         argv,
         env: vec![
-            ("HOME".to_owned(), "/workspace/.maestro/home".to_owned()),
+            // Outside the workspace (the sandbox's private /tmp): no planted dotfiles count.
+            ("HOME".to_owned(), "/tmp".to_owned()),
             ("MAESTRO_OPERATION_ID".to_owned(), call.operation_id.clone()),
             // Trust the system's CA store (as pip does on Debian), so a registry behind a
             // TLS-inspecting proxy with a locally trusted CA works for npm too.
-            ("NODE_EXTRA_CA_CERTS".to_owned(), SYSTEM_CA_BUNDLE.to_owned()),
+            (
+                "NODE_EXTRA_CA_CERTS".to_owned(),
+                SYSTEM_CA_BUNDLE.to_owned(),
+            ),
         ],
         network: true,
         timeout: call.timeout,

@@ -67,10 +67,12 @@ pub fn grep(ws: &Workspace, args: GrepArgs, limits: Limits) -> Result<String, St
         .iter()
         .filter(|f| filter.as_ref().is_none_or(|g| g.is_match(f)))
     {
-        let Ok(bytes) = std::fs::read(ws.root().join(file)) else {
+        let cap = limits.max_read_bytes * 64;
+        // Only regular files (a FIFO would block), never more than `cap` bytes in memory.
+        let Ok((bytes, total)) = super::files::read_regular(&ws.root().join(file), cap) else {
             continue;
         };
-        if bytes.len() > limits.max_read_bytes * 64 || bytes.contains(&0) {
+        if total as usize > cap || bytes.contains(&0) {
             continue; // binary or huge
         }
         let text = String::from_utf8_lossy(&bytes);

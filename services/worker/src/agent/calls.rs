@@ -93,7 +93,8 @@ impl JobRun<'_> {
                          is unknown; a person must say whether it happened before the job goes on"
                     );
                     let item = NewAction {
-                        key: format!("op:{operation_id}"),
+                        // One item per time the outcome was lost: a later loss asks again.
+                        key: format!("op:{operation_id}:{}", self.fence.attempt),
                         kind: WaitReason::SideEffectUnknown,
                         movement: self.place.movement.clone(),
                         source_seq: None,
@@ -284,9 +285,14 @@ impl JobRun<'_> {
             Some(Operation::Committed(output)) => Ok(Some((output, false))),
             Some(Operation::Failed(output)) => Ok(Some((format!("Error: {output}"), true))),
             Some(Operation::Started { at }) => {
-                // A person may have said what became of it (`side_effect_unknown`).
-                let key = format!("op:{operation_id}");
-                if let Some(action) = self.decision(&key) {
+                // A person may have said what became of it (`side_effect_unknown`) — about this
+                // start of it: a decision older than the start is about an earlier run.
+                let prefix = format!("op:{operation_id}:");
+                if let Some(action) = self.decisions.iter().find(|a| {
+                    a.key.starts_with(&prefix)
+                        && a.status != "pending"
+                        && a.decided_at.is_some_and(|d| d > at)
+                }) {
                     let verdict = action.decision.as_ref().map(|d| d["decision"].clone());
                     if verdict == Some(Value::from("happened")) {
                         let output = "a person confirmed that this call took effect";

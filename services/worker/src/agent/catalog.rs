@@ -20,10 +20,11 @@ use crate::tool_client;
 pub(super) async fn tools(
     shared: &Shared,
     piece: &Piece,
+    owner: &str,
     tokens: &BTreeMap<String, String>,
 ) -> Vec<ToolSpec> {
     let mut tools = tools::builtin_tools();
-    tools.extend(mcp_tools(shared, tokens).await);
+    tools.extend(mcp_tools(shared, owner, tokens).await);
     tools.extend(tools::human_tools());
     let targets = piece.targets();
     if !targets.is_empty() {
@@ -70,13 +71,23 @@ pub(super) async fn agents_md(shared: &Shared, claim: &Claimed) -> Option<String
 
 /// The MCP servers' tools, each server listed on first use and kept for the life of the
 /// worker (in the policy's order, so the bytes never change). A server that cannot be listed
-/// now is tried again by the next job; a server that needs authorization is listed (with the
-/// owner's token) once a job has a token for it, and left out until then.
-async fn mcp_tools(shared: &Shared, tokens: &BTreeMap<String, String>) -> Vec<ToolSpec> {
+/// now is tried again by the next job; a server that needs authorization is listed per owner
+/// (with the owner's token, which may change what it offers) once a job has a token for it,
+/// and left out until then.
+async fn mcp_tools(
+    shared: &Shared,
+    owner: &str,
+    tokens: &BTreeMap<String, String>,
+) -> Vec<ToolSpec> {
     let mut cached = shared.mcp_tools.lock().await;
     let mut tools = Vec::new();
     for (name, server) in &shared.policy.mcp_servers {
-        if let Some(listed) = cached.get(name) {
+        let key = if server.requires_auth {
+            format!("{name}\u{0}{owner}")
+        } else {
+            name.clone()
+        };
+        if let Some(listed) = cached.get(&key) {
             tools.extend(listed.iter().cloned());
             continue;
         }
@@ -108,7 +119,7 @@ async fn mcp_tools(shared: &Shared, tokens: &BTreeMap<String, String>) -> Vec<To
                 error: None,
             })) => {
                 tools.extend(listed.iter().cloned());
-                cached.insert(name.clone(), listed);
+                cached.insert(key, listed);
             }
             Ok(Ok(McpListReply {
                 error: Some(error), ..

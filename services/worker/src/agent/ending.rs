@@ -171,13 +171,19 @@ impl JobRun<'_> {
         items: Vec<NewAction>,
     ) -> Result<JobEnd, JobError> {
         tracing::warn!(%reason, %wait, items = items.len(), "pausing the job for a person");
-        let recorded = actions::record(
-            &self.shared.pool,
-            self.claim.task_id,
-            self.claim.job_id,
-            &items,
-        )
-        .await?;
+        let recorded = actions::record(&self.shared.pool, self.claim.task_id, self.fence, &items)
+            .await?
+            .ok_or(jobs::Fenced(self.fence.job_id))?;
+        let recorded: Vec<_> = recorded
+            .into_iter()
+            .filter(|a| a.status == "pending")
+            .collect();
+        if recorded.is_empty() {
+            // Every item is decided already (a provider reusing call ids could do this): a
+            // pause would wait for nothing, so fail closed instead.
+            let error = format!("a pause for {wait} found nothing left to wait for: {reason}");
+            return self.fail(error).await;
+        }
         let summaries: Vec<serde_json::Value> = recorded.iter().map(|a| a.summary()).collect();
         let transition = Transition {
             wait_reason: Some(wait),

@@ -125,11 +125,20 @@ impl JobRun<'_> {
                 status: CompleteStatus::NeedsUserInput,
                 result,
             } => {
+                let limit = self.shared.settings.max_asks;
+                if self.claim.ask_count >= limit {
+                    let error = format!(
+                        "Error: the user has been asked {limit} questions in this task, the most \
+                         allowed; finish with what you know (status `success` or `abort`)"
+                    );
+                    self.record_result(&call, error, true);
+                    return Ok(None);
+                }
                 let note =
                     "ok: your question is with the user; their answer comes as the next message";
                 self.record_result(&call, note.to_owned(), false);
                 let item = maestro_db::actions::NewAction {
-                    key: call.id.clone(),
+                    key: self.item_key(&call),
                     kind: WaitReason::Ask,
                     movement: self.place.movement.clone(),
                     source_seq: None,

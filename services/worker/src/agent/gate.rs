@@ -16,10 +16,10 @@
 
 use std::collections::BTreeMap;
 
-use maestro_db::actions::{self, Action, NewAction};
+use maestro_db::actions::{self, Action, Decided, Decision, NewAction};
 use maestro_db::jobs::Claimed;
 use maestro_domain::tools::{self, ASK, REQUEST_PACKAGE};
-use maestro_domain::{ToolCall, WaitReason};
+use maestro_domain::{Owner, ToolCall, WaitReason};
 use serde_json::{Value, json};
 
 use super::calls::{movement_refusal, parse_arguments};
@@ -60,8 +60,7 @@ impl JobRun<'_> {
             return Gate::Answer(
                 format!(
                     "Error: the user has been asked {limit} questions in this task, the most \
-                     allowed; go on with what you know, or `complete` with status \
-                     `needs_user_input`"
+                     allowed; go on with what you know"
                 ),
                 true,
             );
@@ -74,8 +73,19 @@ impl JobRun<'_> {
             Ok(package) => package,
             Err(error) => return Ok(Gate::Answer(error, true)),
         };
-        Ok(match self.decision(&call.id) {
-            Some(action) if action.status == "approved" => Gate::Run,
+        let hash = tools::arguments_hash(&package);
+        Ok(match self.decision(&self.item_key(call)) {
+            Some(action) if action.status == "approved" => {
+                if action.detail["arguments_hash"].as_str() == Some(hash.as_str()) {
+                    Gate::Run
+                } else {
+                    Gate::Answer(
+                        "Error: the approval was for another package; nothing was installed"
+                            .to_owned(),
+                        true,
+                    )
+                }
+            }
             Some(action) => Gate::Answer(
                 format!(
                     "Error: a person denied installing {}{}",
@@ -86,7 +96,7 @@ impl JobRun<'_> {
             ),
             None => {
                 let reason = arguments["reason"].as_str().unwrap_or_default();
-                let detail = json!({"package": package, "reason": reason});
+                let detail = json!({"package": package, "reason": reason, "arguments_hash": hash});
                 Gate::Park(self.item(call, WaitReason::PackageRequest, detail))
             }
         })
@@ -104,7 +114,7 @@ impl JobRun<'_> {
             _ => return Ok(Gate::Run),
         };
         let hash = tools::arguments_hash(arguments);
-        Ok(match self.decision(&call.id) {
+        Ok(match self.decision(&self.item_key(call)) {
             Some(action) if action.status == "approved" => {
                 if action.detail["arguments_hash"].as_str() == Some(hash.as_str()) {
                     self.approved_calls.insert(call.id.clone());
@@ -137,9 +147,15 @@ impl JobRun<'_> {
         })
     }
 
+    /// An item's key within the job: the call's place (movement, iteration, call id), the same
+    /// on every claim that reaches it, unique even if a provider reuses call ids.
+    pub(super) fn item_key(&self, call: &ToolCall) -> String {
+        format!("{}/{}/{}", self.place.movement, self.iterations, call.id)
+    }
+
     fn item(&self, call: &ToolCall, kind: WaitReason, detail: Value) -> NewAction {
         NewAction {
-            key: call.id.clone(),
+            key: self.item_key(call),
             kind,
             movement: self.place.movement.clone(),
             source_seq: None,
@@ -189,15 +205,17 @@ impl JobRun<'_> {
     }
 
     /// `mcp_auth_required` before the LLM is called when an MCP server that needs a token has
-    /// none from the task's owner.
+    /// none from the task's owner. A token stored while the pause was being committed would
+    /// find no waiting job to resume, so the tokens are read again after the pause: if they
+    /// are there now, the job resolves its own items and goes on at once.
     pub(super) async fn authorize_mcp(&mut self) -> Result<Option<JobEnd>, JobError> {
-        let missing: Vec<&String> = self
+        let missing: Vec<String> = self
             .shared
             .policy
             .mcp_servers
             .iter()
             .filter(|(name, s)| s.requires_auth && !self.mcp_tokens.contains_key(*name))
-            .map(|(name, _)| name)
+            .map(|(name, _)| name.clone())
             .collect();
         if missing.is_empty() {
             return Ok(None);
@@ -205,21 +223,53 @@ impl JobRun<'_> {
         let items = missing
             .iter()
             .map(|server| NewAction {
-                key: format!("mcp:{server}:{}", self.claim.attempt),
+                key: format!("mcp:{server}"),
                 kind: WaitReason::McpAuthRequired,
                 movement: self.place.movement.clone(),
                 source_seq: None,
                 detail: json!({"server": server}),
             })
             .collect();
-        let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
         let reason = format!(
             "the MCP servers {} need authorization before the job can start",
-            names.join(", ")
+            missing.join(", ")
         );
-        self.pause(WaitReason::McpAuthRequired, reason, items)
-            .await
-            .map(Some)
+        let end = self
+            .pause(WaitReason::McpAuthRequired, reason, items)
+            .await?;
+        if end != JobEnd::Paused {
+            return Ok(Some(end));
+        }
+        let tokens = mcp_tokens(self.shared, self.claim).await?;
+        if !missing.iter().all(|s| tokens.contains_key(s)) {
+            return Ok(Some(end));
+        }
+        let Ok(owner) = Owner::parse(&self.claim.owner) else {
+            return Ok(Some(end));
+        };
+        let decision = Decision {
+            status: "resolved",
+            verb: "token_supplied",
+            scope: None,
+            note: None,
+            by: &owner,
+            extra: json!({}),
+            grant: None,
+        };
+        let pool = &self.shared.pool;
+        for action in actions::of_job(pool, self.claim.job_id).await? {
+            if action.kind != WaitReason::McpAuthRequired.as_str() || action.status != "pending" {
+                continue;
+            }
+            let kinds = [WaitReason::McpAuthRequired];
+            let decided =
+                actions::decide(pool, self.claim.task_id, action.id, &kinds, &decision).await?;
+            if let Decided::Done { resumed: true, .. } = decided {
+                tracing::info!("a token arrived while the job paused; going on");
+                return Ok(Some(JobEnd::Released));
+            }
+        }
+        Ok(Some(end))
     }
 }
 
@@ -242,8 +292,7 @@ pub(super) async fn mcp_tokens(
     Ok(tokens.into_iter().collect())
 }
 
-/// `{name, manager, version}` of a package request, checked: names and versions are plain
-/// tokens (never options or paths) so they cannot smuggle arguments into the installer.
+/// `{name, manager, version}` of a package request, checked (see [`tools::check_package`]).
 fn package(arguments: &Value) -> Result<Value, String> {
     let text = |key: &str| {
         arguments[key]
@@ -253,24 +302,9 @@ fn package(arguments: &Value) -> Result<Value, String> {
             .to_owned()
     };
     let (name, manager, version) = (text("name"), text("manager"), text("version"));
-    let plain = |s: &str, extra: &str| {
-        s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c) || extra.contains(c))
-    };
-    if !matches!(manager.as_str(), "pip" | "npm") {
-        return Err("Error: `manager` is pip or npm".to_owned());
-    }
-    // npm's scoped names (`@scope/name`); for pip a `/` would name a local path.
-    let scoped = if manager == "npm" { "@/" } else { "" };
-    if name.is_empty() || name.starts_with(['-', '.']) || !plain(&name, scoped) {
-        return Err(format!("Error: {name:?} is not a package name"));
-    }
-    if !version.is_empty() && (version.starts_with('-') || !plain(&version, "+!")) {
-        return Err(format!("Error: {version:?} is not a version"));
-    }
-    Ok(
-        json!({"name": name, "manager": manager, "version": (!version.is_empty()).then_some(version)}),
-    )
+    let version = (!version.is_empty()).then_some(version);
+    tools::check_package(&manager, &name, version.as_deref()).map_err(|e| format!("Error: {e}"))?;
+    Ok(json!({"name": name, "manager": manager, "version": version}))
 }
 
 /// `: <note>` when the decision has one.
@@ -301,6 +335,7 @@ mod tests {
         assert!(package(&json!({"name": "six; rm -rf /", "manager": "pip"})).is_err());
         assert!(package(&json!({"name": "six", "manager": "apt"})).is_err());
         assert!(package(&json!({"name": "a/b", "manager": "pip"})).is_err());
+        assert!(package(&json!({"name": "user/repo", "manager": "npm"})).is_err());
         assert!(package(&json!({"name": "six", "manager": "pip", "version": "-e ."})).is_err());
     }
 }

@@ -219,7 +219,7 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
     };
     let rebuilt = maestro_domain::transcript::rebuild(&history)?;
     let tokens = gate::mcp_tokens(shared, claim).await?;
-    let tools = catalog::tools(shared, piece, &tokens).await;
+    let tools = catalog::tools(shared, piece, &claim.owner, &tokens).await;
     let mut run = JobRun::new(shared, claim, fence, delivery, piece, tools);
     run.mcp_tokens = tokens;
     if claim.attempt > 1 {
