@@ -52,8 +52,22 @@ fn transition(target: &str, reason: &str) -> Value {
     json!({"tool_calls": [{"name": "transition", "arguments": {"target": target, "reason": reason}}]})
 }
 
+const TIGHT: &str = r#"
+name: tight
+description: Two movements with small limits, for the guard tests.
+start_movement: a
+max_movements: 3
+max_iterations: 5
+movements:
+  - name: a
+    transitions: [{condition: always, target: b}]
+  - name: b
+    transitions: [{condition: always, target: a}]
+"#;
+
 fn pieces_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("pieces dir");
+    std::fs::write(dir.path().join("tight.yaml"), TIGHT).expect("write");
     std::fs::write(dir.path().join("triple.yaml"), TRIPLE).expect("write");
     std::fs::write(dir.path().join("pingpong.yml"), PINGPONG).expect("write");
     dir
@@ -426,4 +440,103 @@ async fn scripted_llm_reports_the_upstream_usage() {
         usage[1]["cachedPromptTokens"].as_u64().unwrap_or(0) > 0,
         "{usage:?}"
     );
+}
+
+/// The other guards: text-only replies, the per-movement watchdog (with its warning), the
+/// `max_movements` loop guard, a start movement given by the task, the job deadline, and the
+/// grounded piece selection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hold() {
+    let glob = |n: usize| json!({"tool_calls": [{"name": "glob", "arguments": {"pattern": format!("d{n}/*")}}]});
+    let scenarios = json!({"scenarios": [
+        {"name": "chatter", "match": "chatter", "repeat_last": true, "turns": [{"text": "Hmm."}]},
+        {"name": "spin", "match": "spin", "turns": (0..8).map(glob).collect::<Vec<_>>()},
+        {"name": "swing", "match": "swing", "repeat_last": false, "turns": [
+            transition("b", "1"), transition("a", "2"), transition("b", "3"), transition("a", "4")
+        ]},
+        {"name": "start", "match": "start at b", "turns": [
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "started in b"}}]}
+        ]},
+        {"name": "slow", "match": "slow", "turns": [
+            {"delay_ms": 600, "tool_calls": [{"name": "glob", "arguments": {"pattern": "*"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "too late"}}]}
+        ]}
+    ]});
+    let pieces = pieces_dir();
+    let main = stack(scenarios.clone(), &pieces, &[]).await;
+
+    let chatter = finish(&main, json!({"instruction": "chatter", "piece": "tight"})).await;
+    let error = chatter["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("replied 3 times without calling a tool"),
+        "{chatter}"
+    );
+    let id = chatter["id"].as_str().expect("id");
+    let warnings = main
+        .events(id)
+        .await
+        .expect("events")
+        .iter()
+        .filter(|e| {
+            e["payload"]["role"] == "user"
+                && e["payload"]["content"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("Your last reply called no tool"))
+        })
+        .count();
+    assert_eq!(
+        warnings, 2,
+        "a warning after each of the allowed text-only replies"
+    );
+
+    let spin = finish(&main, json!({"instruction": "spin", "piece": "tight"})).await;
+    let error = spin["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("movement `a` took 5 LLM iterations"),
+        "{spin}"
+    );
+    let id = spin["id"].as_str().expect("id");
+    let watched = main.events(id).await.expect("events").iter().any(|e| {
+        e["payload"]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("[Watchdog] 2 LLM iterations are left in movement `a`"))
+    });
+    assert!(watched, "the watchdog warned first");
+
+    let swing = finish(&main, json!({"instruction": "swing", "piece": "tight"})).await;
+    let error = swing["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("may enter 3 movements in all"), "{swing}");
+
+    let start = finish(
+        &main,
+        json!({"instruction": "start at b", "piece": "tight", "start_movement": "b"}),
+    )
+    .await;
+    assert_eq!(start["latest_job"]["status"], "succeeded", "{start}");
+    let id = start["id"].as_str().expect("id");
+    let events = main.events(id).await.expect("events");
+    let first = events
+        .iter()
+        .find(|e| e["kind"] == "movement")
+        .expect("movement");
+    assert_eq!(
+        first["payload"]["name"], "b",
+        "the task's start movement wins"
+    );
+
+    // Another stack: a 300 ms job deadline, and every task without a piece on `tight`.
+    let strict = stack(
+        scenarios,
+        &pieces,
+        &[
+            ("JOB_DEADLINE_MS", "300"),
+            ("PIECE_SELECTION", "grounded"),
+            ("GROUNDED_PIECE", "tight"),
+        ],
+    )
+    .await;
+    let slow = finish(&strict, json!({"instruction": "slow"})).await;
+    assert_eq!(slow["piece"], "tight", "the grounded piece was chosen");
+    let error = slow["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("deadline exceeded"), "{slow}");
 }
