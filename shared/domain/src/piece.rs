@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 /// The transition target that ends the piece as aborted.
 pub const ABORT: &str = "ABORT";
@@ -95,17 +96,32 @@ pub enum PieceError {
     Reserved(String),
     #[error("two pieces are called {0:?}")]
     DuplicatePiece(String),
+    #[error("piece {piece}, movement {movement}: {what} are not supported")]
+    Unsupported {
+        piece: String,
+        movement: String,
+        what: String,
+    },
 }
 
+/// A piece file. Unknown fields are errors (typos must not pass silently), except the TAKT
+/// fields listed here, which are accepted: the section maps (`personas`, `policies`,
+/// `instructions`, `knowledge`, `report_formats`) are resolved by the loader
+/// (`maestro_runtime::pieces`) before parsing; the rest have no meaning here and are ignored.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PieceFile {
     name: String,
     #[serde(default)]
     description: String,
-    #[serde(default, alias = "initial_movement", alias = "start")]
+    #[serde(
+        default,
+        alias = "initial_movement",
+        alias = "initial_step",
+        alias = "start"
+    )]
     start_movement: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "max_steps")]
     max_movements: Option<u32>,
     #[serde(default)]
     max_iterations: Option<u32>,
@@ -113,6 +129,35 @@ struct PieceFile {
     max_visits: Option<u32>,
     #[serde(alias = "steps")]
     movements: Vec<MovementFile>,
+    #[serde(default, rename = "personas")]
+    _personas: Option<IgnoredAny>,
+    #[serde(default, rename = "policies")]
+    _policies: Option<IgnoredAny>,
+    #[serde(default, rename = "instructions")]
+    _instructions: Option<IgnoredAny>,
+    #[serde(default, rename = "knowledge")]
+    _knowledge: Option<IgnoredAny>,
+    #[serde(default, rename = "report_formats")]
+    _report_formats: Option<IgnoredAny>,
+    #[serde(default, rename = "loop_monitors")]
+    _loop_monitors: Option<IgnoredAny>,
+}
+
+/// One text or a list of texts (TAKT's `policy: [a, b]`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Texts {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Texts {
+    fn joined(self) -> String {
+        match self {
+            Texts::One(text) => text,
+            Texts::Many(texts) => texts.join("\n\n"),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -125,6 +170,12 @@ struct MovementFile {
     guidance: Option<String>,
     #[serde(default)]
     instruction: Option<String>,
+    /// TAKT: behavioural policies, shown with the guidance.
+    #[serde(default)]
+    policy: Option<Texts>,
+    /// TAKT: reference knowledge, shown with the guidance.
+    #[serde(default)]
+    knowledge: Option<Texts>,
     #[serde(default)]
     allowed_tools: Option<Vec<String>>,
     #[serde(default)]
@@ -133,6 +184,24 @@ struct MovementFile {
     checklist: Vec<String>,
     #[serde(default, alias = "rules")]
     transitions: Vec<TransitionFile>,
+    /// TAKT's parallel sub-movements: not supported (an error, not a silent sequential run).
+    #[serde(default)]
+    parallel: Option<IgnoredAny>,
+    // TAKT fields without meaning here (reports, sessions, permission modes, providers).
+    #[serde(default, rename = "output_contracts")]
+    _output_contracts: Option<IgnoredAny>,
+    #[serde(default, rename = "session")]
+    _session: Option<IgnoredAny>,
+    #[serde(default, rename = "pass_previous_response")]
+    _pass_previous_response: Option<IgnoredAny>,
+    #[serde(default, rename = "required_permission_mode")]
+    _required_permission_mode: Option<IgnoredAny>,
+    #[serde(default, rename = "permission_mode")]
+    _permission_mode: Option<IgnoredAny>,
+    #[serde(default, rename = "provider")]
+    _provider: Option<IgnoredAny>,
+    #[serde(default, rename = "model")]
+    _model: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +211,9 @@ struct TransitionFile {
     condition: String,
     #[serde(alias = "next")]
     target: String,
+    /// TAKT: the rule's own appendix instruction; not used here.
+    #[serde(default, rename = "appendix")]
+    _appendix: Option<IgnoredAny>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -227,6 +299,13 @@ fn movement(
     names: &BTreeSet<String>,
     file: MovementFile,
 ) -> Result<Movement, PieceError> {
+    if file.parallel.is_some() {
+        return Err(PieceError::Unsupported {
+            piece: piece.to_owned(),
+            movement: file.name.clone(),
+            what: "parallel sub-movements".to_owned(),
+        });
+    }
     for transition in &file.transitions {
         let target = &transition.target;
         if !names.contains(target) && target != ABORT && target != COMPLETE {
@@ -237,13 +316,19 @@ fn movement(
             });
         }
     }
-    let guidance = [file.persona, file.guidance, file.instruction]
-        .into_iter()
-        .flatten()
-        .map(|part| part.trim().to_owned())
-        .filter(|part| !part.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n");
+    let guidance = [
+        file.persona,
+        file.guidance,
+        file.instruction,
+        file.policy.map(Texts::joined),
+        file.knowledge.map(Texts::joined),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|part| part.trim().to_owned())
+    .filter(|part| !part.is_empty())
+    .collect::<Vec<_>>()
+    .join("\n\n");
     Ok(Movement {
         name: file.name,
         guidance,
@@ -255,10 +340,19 @@ fn movement(
             .into_iter()
             .map(|t| Transition {
                 target: t.target,
-                condition: t.condition.trim().to_owned(),
+                condition: takt_condition(t.condition.trim()).to_owned(),
             })
             .collect(),
     })
+}
+
+/// A TAKT rule condition as the model reads it: `ai("text")` is `text`.
+fn takt_condition(condition: &str) -> &str {
+    condition
+        .strip_prefix("ai(")
+        .and_then(|c| c.strip_suffix(')'))
+        .map(|c| c.trim().trim_matches('"'))
+        .unwrap_or(condition)
 }
 
 /// The pieces a deployment offers: the built-ins and any from the pieces directory.
@@ -323,6 +417,58 @@ mod tests {
         assert!(
             catalog.get("chat").expect("chat").targets().is_empty(),
             "no transitions, no transition tool"
+        );
+    }
+
+    #[test]
+    fn a_takt_piece_with_its_extra_fields_loads() {
+        let yaml = r#"
+name: takt-full
+description: A TAKT piece.
+max_movements: 30
+initial_movement: plan
+personas:
+  planner: ../personas/planner.md
+report_formats:
+  plan: ../output-contracts/plan.md
+loop_monitors:
+  - cycle: [plan, implement]
+    threshold: 3
+movements:
+  - name: plan
+    edit: false
+    persona: You plan.
+    knowledge: [Architecture notes.]
+    policy: [Be careful., Be brief.]
+    instruction: Make the plan.
+    output_contracts:
+      report:
+        - name: 00-plan.md
+          format: plan
+    rules:
+      - condition: ai("The plan is ready")
+        next: implement
+  - name: implement
+    session: refresh
+    pass_previous_response: false
+    required_permission_mode: edit
+    rules:
+      - condition: done
+        next: COMPLETE
+"#;
+        let piece = Piece::parse("takt.yaml", yaml).expect("a TAKT piece");
+        let plan = piece.movement("plan").expect("plan");
+        assert_eq!(
+            plan.guidance,
+            "You plan.\n\nMake the plan.\n\nBe careful.\n\nBe brief.\n\nArchitecture notes."
+        );
+        assert_eq!(plan.transitions[0].condition, "The plan is ready");
+        let parallel = "name: p\nsteps:\n  - name: a\n    parallel:\n      - name: x\n";
+        let error = Piece::parse("p.yaml", parallel).expect_err("parallel");
+        assert!(
+            error
+                .to_string()
+                .contains("parallel sub-movements are not supported")
         );
     }
 

@@ -31,10 +31,84 @@ fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, String> {
         }
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = resolve_facets(&path, &text)?;
         files.push((path.display().to_string(), text));
     }
     files.sort();
     Ok(files)
+}
+
+/// TAKT's section maps: a movement's `persona`, `instruction`, `policy` or `knowledge` that
+/// names an entry of the piece's `personas`, `instructions`, `policies` or `knowledge` map is
+/// replaced by that file's text (paths relative to the piece file). Other values stay as they
+/// are: literal text, or the name of a TAKT built-in facet, which MAESTRO does not ship.
+fn resolve_facets(path: &Path, text: &str) -> Result<String, String> {
+    use serde_norway::Value;
+    const MAPS: [(&str, &str); 4] = [
+        ("persona", "personas"),
+        ("instruction", "instructions"),
+        ("policy", "policies"),
+        ("knowledge", "knowledge"),
+    ];
+    let Ok(mut piece) = serde_norway::from_str::<Value>(text) else {
+        return Ok(text.to_owned()); // the piece parser reports the syntax error
+    };
+    let has_maps = MAPS
+        .iter()
+        .any(|(_, map)| piece.get(map).is_some_and(Value::is_mapping));
+    if !has_maps {
+        return Ok(text.to_owned());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let maps: Vec<(&str, serde_norway::Mapping)> = MAPS
+        .iter()
+        .map(|(field, map)| {
+            let entries = piece
+                .get(map)
+                .and_then(Value::as_mapping)
+                .cloned()
+                .unwrap_or_default();
+            (*field, entries)
+        })
+        .collect();
+    let read = |reference: &Value, entries: &serde_norway::Mapping| -> Result<Value, String> {
+        let Some(file) = entries.get(reference).and_then(Value::as_str) else {
+            return Ok(reference.clone());
+        };
+        let full = dir.join(file);
+        std::fs::read_to_string(&full)
+            .map(|text| Value::String(text.trim().to_owned()))
+            .map_err(|e| {
+                format!(
+                    "{}: cannot read facet {}: {e}",
+                    path.display(),
+                    full.display()
+                )
+            })
+    };
+    for key in ["movements", "steps"] {
+        let Some(movements) = piece.get_mut(key).and_then(Value::as_sequence_mut) else {
+            continue;
+        };
+        for movement in movements {
+            for (field, entries) in &maps {
+                let Some(value) = movement.get_mut(*field) else {
+                    continue;
+                };
+                let resolved = match &*value {
+                    Value::Sequence(items) => Value::Sequence(
+                        items
+                            .iter()
+                            .map(|item| read(item, entries))
+                            .collect::<Result<_, _>>()?,
+                    ),
+                    other => read(other, entries)?,
+                };
+                *value = resolved;
+            }
+        }
+    }
+    serde_norway::to_string(&piece).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// How a task that names no piece gets one (`PIECE_SELECTION`).
@@ -122,6 +196,34 @@ mod tests {
             error.contains("bad.yml") || error.contains("piece bad"),
             "{error}"
         );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn takt_section_maps_are_read_from_files_beside_the_piece() {
+        let dir = std::env::temp_dir().join(format!("maestro-facets-{}", std::process::id()));
+        let pieces = dir.join("pieces");
+        std::fs::create_dir_all(&pieces).expect("pieces");
+        std::fs::create_dir_all(dir.join("personas")).expect("personas");
+        std::fs::write(dir.join("personas/planner.md"), "# Planner\nYou plan.\n").expect("persona");
+        std::fs::write(dir.join("policy.md"), "Be careful.").expect("policy");
+        let yaml = "name: facets\npersonas:\n  planner: ../personas/planner.md\npolicies:\n  \
+                    care: ../policy.md\nmovements:\n  - name: plan\n    persona: planner\n    \
+                    policy: [care, Be brief.]\n    instruction: coder\n";
+        std::fs::write(pieces.join("facets.yaml"), yaml).expect("piece");
+        let files = read_dir(&pieces).expect("read");
+        let catalog = Catalog::with(files).expect("catalog");
+        let plan = catalog
+            .get("facets")
+            .and_then(|p| p.movement("plan"))
+            .expect("plan");
+        assert_eq!(
+            plan.guidance,
+            "# Planner\nYou plan.\n\ncoder\n\nBe careful.\n\nBe brief."
+        );
+        std::fs::remove_file(dir.join("policy.md")).expect("remove");
+        let error = read_dir(&pieces).expect_err("a missing facet file");
+        assert!(error.contains("cannot read facet"), "{error}");
         std::fs::remove_dir_all(&dir).ok();
     }
 
