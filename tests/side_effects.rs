@@ -164,7 +164,10 @@ async fn a_tool_runner_killed_mid_effect_leaves_the_job_paused_not_repeated() {
 async fn a_worker_killed_mid_effect_is_replaced_by_one_that_learns_the_outcome() {
     let (url, count) = counter(Duration::from_secs(2)).await;
     let dir = tempfile::tempdir().expect("dir");
-    let policy = policy(dir.path(), json!({"network": true}));
+    let policy = policy(
+        dir.path(),
+        json!({"network": true, "allowed_hosts": ["127.0.0.1"]}),
+    );
     let mut options = StackOptions::new(effect_scenario(&url))
         .env("WORKSPACE_POLICY", &policy)
         .env("JOB_ACK_WAIT_MS", "1500");

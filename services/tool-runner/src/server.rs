@@ -55,12 +55,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     )
     .await;
     report(&sandbox);
-    let http = maestro_runtime::http_client()
-        .connect_timeout(std::time::Duration::from_secs(10))
-        .build()?;
     let toolbox = Arc::new(Toolbox {
         sandbox,
-        http,
         mcp: Default::default(),
     });
     let client = maestro_messaging::connect(&settings.nats_url, "maestro-tool-runner")

@@ -1,9 +1,9 @@
 //! The sandbox escape suite: each case tries to get out of the sandbox and asserts it stayed
 //! contained — reading secrets or files outside the workspace (directly, through `..` and
-//! through symlinks), writing outside it, reaching a listener on the host's loopback, a fork
-//! bomb, a memory hog, a CPU spinner, endless output, a sleeper past its time limit, and a
-//! child that outlives its parent, a FIFO that would block a file tool. Real bubblewrap, real
-//! Landlock, real processes.
+//! through symlinks), writing outside it, reaching a listener on the host's loopback (from a
+//! program, or with `http_fetch` even when network is granted), a fork bomb, a memory hog, a
+//! CPU spinner, endless output, a sleeper past its time limit, a child that outlives its
+//! parent, a FIFO that would block a file tool. Real bubblewrap, real Landlock, real processes.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -48,7 +48,6 @@ async fn harness() -> Harness {
     let workspace = Workspace::open(dir.path(), TaskId::new(), sandbox.run_as).expect("workspace");
     let toolbox = Toolbox {
         sandbox,
-        http: maestro_runtime::http_client().build().expect("client"),
         mcp: Default::default(),
     };
     Harness {
@@ -254,6 +253,26 @@ async fn the_network_is_closed_unless_granted() {
         )
         .await;
     assert!(text(&fetch).contains("not granted"), "{fetch:?}");
+    // With network granted, `http_fetch` (which runs beside the services) still cannot reach
+    // an internal address, by IP or by a name that resolves to one.
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://localhost:{port}/"),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+    ] {
+        let fetch = h
+            .call(
+                "http_fetch",
+                json!({"url": url}),
+                true,
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(
+            text(&fetch).contains("internal address"),
+            "{url}: {fetch:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -44,7 +44,6 @@ pub struct Call {
 #[derive(Debug, Clone)]
 pub struct Toolbox {
     pub sandbox: Sandbox,
-    pub http: reqwest::Client,
     pub mcp: crate::mcp::McpSessions,
 }
 
@@ -66,7 +65,7 @@ impl Toolbox {
                 self.confined(call).await?
             }
             "shell" => shell::run(&self.sandbox, &call, cancel).await?,
-            "http_fetch" => http::fetch(&self.http, &call).await?,
+            "http_fetch" => http::fetch(&call).await?,
             maestro_domain::tools::INSTALL_PACKAGE => {
                 packages::install(&self.sandbox, &call, cancel).await?
             }
