@@ -6,6 +6,8 @@
 //! - A comment on a running job reaches the very next LLM request as the last `user` message,
 //!   once; a comment racing `complete` is read before the job finishes; a comment on a finished
 //!   task starts a follow-up job.
+//! - `?after=`, keep-alive comments, and resuming from a delta that aged out (the merged
+//!   message comes instead).
 //! - Cancelling stops a streaming job and kills a running tool's processes, and works on a
 //!   queued job without any worker.
 
@@ -548,4 +550,110 @@ async fn a_queued_job_is_cancelled_without_any_worker() {
         .map(|e| e["payload"]["status"].clone())
         .collect();
     assert_eq!(states, [json!("queued"), json!("cancelled")]);
+}
+
+/// The rest of the stream contract: `?after=` for clients that cannot set `Last-Event-ID`,
+/// keep-alive comments on an idle stream, and a client resuming from a delta that has aged
+/// out of the deltas stream getting the merged message instead (whole, and no delta).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_keep_alives_and_aged_out_deltas() {
+    let scenario = json!({"scenarios": [{"name": "short", "turns": [
+        {"text": "Looking around the workspace now.", "chunk_chars": 3, "delay_ms": 400, "chunk_delay_ms": 20,
+         "tool_calls": [{"name": "glob", "arguments": {"pattern": "*"}}]},
+        {"text": "Done.", "tool_calls": [{"name": "complete", "arguments": {"result": "ok"}}]}
+    ]}]});
+    let options = StackOptions::new(scenario)
+        .env("SSE_KEEPALIVE_MS", "200")
+        .env("DELTAS_RETENTION_MS", "1000");
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "look around"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id").to_owned();
+    let mut live = stack.stream(&id, None).await.expect("connect");
+    let items = live
+        .read_until(WAIT, |i| {
+            i.event == "job_state" && i.data["payload"]["status"] == "succeeded"
+        })
+        .await;
+    let delta = items
+        .iter()
+        .find(|i| i.event == "delta")
+        .expect("a delta was streamed live");
+    let persisted = stack.events(&id).await.expect("events");
+
+    // `?after=`: exactly the persisted events after that seq.
+    let after = 2;
+    let url = stack.url(&format!("/api/local/tasks/{id}/stream?after={after}"));
+    let mut resumed = maestro_testkit::SseClient::connect(&stack.http, &url, &stack.token, None)
+        .await
+        .expect("connect with ?after=");
+    let replayed = resumed
+        .read_until(Duration::from_secs(3), |i| {
+            i.event == "job_state" && i.data["payload"]["status"] == "succeeded"
+        })
+        .await;
+    let ids: Vec<String> = replayed.iter().map(|i| i.id.clone()).collect();
+    let expected: Vec<String> = persisted
+        .iter()
+        .filter(|e| e["seq"].as_i64().expect("seq") > after)
+        .map(|e| e["seq"].to_string())
+        .collect();
+    assert_eq!(
+        ids, expected,
+        "every later event once, in order, and no delta"
+    );
+
+    // Keep-alive comments on the idle stream.
+    let response = stack
+        .http
+        .get(stack.url(&format!("/api/local/tasks/{id}/stream?after=1000000")))
+        .bearer_auth(&stack.token)
+        .send()
+        .await
+        .expect("raw stream");
+    let mut body = response.bytes_stream();
+    let mut raw = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(Ok(chunk))) =
+        tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut body)).await
+    {
+        raw.extend_from_slice(&chunk);
+    }
+    let comments = String::from_utf8_lossy(&raw)
+        .lines()
+        .filter(|l| l.starts_with(':'))
+        .count();
+    assert!(comments >= 3, "keep-alive comments every 200 ms: {raw:?}");
+
+    // Resume from a delta after the deltas aged out (1 s retention): the merged message
+    // event comes instead, whole, and no delta.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut late = stack.stream(&id, Some(&delta.id)).await.expect("resume");
+    let rest = late
+        .read_until(Duration::from_secs(3), |i| {
+            i.event == "job_state" && i.data["payload"]["status"] == "succeeded"
+        })
+        .await;
+    assert!(rest.iter().all(|i| i.event != "delta"), "{rest:?}");
+    let after_seq = delta.id.parse::<StreamId>().expect("stream id").seq;
+    let ids: Vec<String> = rest.iter().map(|i| i.id.clone()).collect();
+    let expected: Vec<String> = persisted
+        .iter()
+        .filter(|e| e["seq"].as_i64().expect("seq") > after_seq)
+        .map(|e| e["seq"].to_string())
+        .collect();
+    assert_eq!(
+        ids, expected,
+        "the events after the delta's place, once each"
+    );
+    let message = rest
+        .iter()
+        .find(|i| i.event == "message" && i.data["payload"]["role"] == "assistant")
+        .expect("the message the delta belonged to");
+    assert_eq!(
+        message.data["payload"]["content"], "Looking around the workspace now.",
+        "whole: {message:?}"
+    );
 }
