@@ -1,5 +1,6 @@
 //! Failure handling through the whole stack: retries that honour `Retry-After`, attempts that
-//! run out, a paused ("zombie") worker that is fenced when it wakes, a worker drained by
+//! run out, the last JetStream delivery failing the job, a missing tool-runner waited for in
+//! `retry`, a paused ("zombie") worker that is fenced when it wakes, a worker drained by
 //! SIGTERM that hands its job over at once, every service exiting 0 on SIGTERM, and the stack
 //! riding out a NATS restart and a Postgres restart without losing anything it accepted.
 
@@ -222,6 +223,86 @@ async fn persistent_server_errors_fail_the_job_after_its_attempts_are_spent() {
     assert!(
         letters[0].contains("gave up after 3 attempts"),
         "{letters:?}"
+    );
+}
+
+/// JetStream's `max_deliver` ends the job too: on the last delivery a recoverable error
+/// fails the job at once, with the error, even though attempts are left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_delivery_fails_the_job_even_with_attempts_left() {
+    let scenario = json!({"scenarios": [{
+        "name": "broken",
+        "turns": [{"fail": {"status": 503, "body": "overloaded", "times": 0}}]
+    }]});
+    let options = StackOptions::new(scenario)
+        .env("JOB_MAX_ATTEMPTS", "10")
+        .env("JOB_MAX_DELIVER", "2")
+        .env("RETRY_BASE_MS", "100")
+        .env("RETRY_MAX_MS", "200");
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "doomed"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id");
+    let done = stack
+        .wait_for_status(id, &["failed", "succeeded"], WAIT)
+        .await
+        .expect("ends");
+    let job = &done["latest_job"];
+    assert_eq!(job["status"], "failed", "{done}");
+    assert_eq!(job["attempt"], 2, "two deliveries, two attempts");
+    let error = job["error"].as_str().unwrap_or_default();
+    assert!(error.contains("503"), "{error}");
+    let events = stack.events(id).await.expect("events");
+    assert_eq!(
+        job_states(&events),
+        ["queued", "running", "retry", "running", "failed"]
+    );
+}
+
+/// No tool-runner answering is recoverable: the job waits in `retry` and finishes once one
+/// is up, without running the LLM turn again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_tool_runner_is_waited_for() {
+    let scenario = json!({"scenarios": [{"name": "tools", "turns": [
+        {"tool_calls": [{"name": "glob", "arguments": {"pattern": "*"}}]},
+        {"tool_calls": [{"name": "complete", "arguments": {"result": "listed"}}]}
+    ]}]});
+    let mut options = StackOptions::new(scenario)
+        .env("RETRY_BASE_MS", "300")
+        .env("RETRY_MAX_MS", "600")
+        .env("JOB_MAX_ATTEMPTS", "50")
+        .env("JOB_MAX_DELIVER", "60");
+    options.services.retain(|s| *s != Service::ToolRunner);
+    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "list the files"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id").to_owned();
+    let waiting = stack
+        .wait_for_status(&id, &["retry", "failed", "succeeded"], WAIT)
+        .await
+        .expect("retry");
+    assert_eq!(waiting["latest_job"]["status"], "retry", "{waiting}");
+    assert!(
+        waiting["latest_job"]["next_retry_at"].is_string(),
+        "the retry time is visible: {waiting}"
+    );
+    stack
+        .start(Service::ToolRunner, "tool-runner", &[])
+        .await
+        .expect("tool-runner");
+    let done = stack
+        .wait_for_status(&id, &["succeeded", "failed"], WAIT)
+        .await
+        .expect("ends");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    assert_eq!(
+        stack.llm.requests().await.expect("requests").len(),
+        2,
+        "the first turn was committed and not asked again"
     );
 }
 
