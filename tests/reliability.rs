@@ -1,8 +1,9 @@
 //! Failure handling through the whole stack: retries that honour `Retry-After`, attempts that
 //! run out, the last JetStream delivery failing the job, a missing tool-runner waited for in
 //! `retry`, a paused ("zombie") worker that is fenced when it wakes, a worker drained by
-//! SIGTERM that hands its job over at once, every service exiting 0 on SIGTERM, and the stack
-//! riding out a NATS restart and a Postgres restart without losing anything it accepted.
+//! SIGTERM that hands its job over at once, every service exiting 0 on SIGTERM (and at once on
+//! a second one), and the stack riding out a NATS restart and a Postgres restart without
+//! losing anything it accepted.
 
 use std::time::Duration;
 
@@ -448,6 +449,39 @@ async fn sigterm_drains_a_worker_and_another_takes_its_job_over_at_once() {
             "{instance} exits 0 on SIGTERM: {exit:?}"
         );
     }
+}
+
+/// A second SIGTERM does not wait for the drain: the service exits at once (130).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_exits_at_once() {
+    let scenario = json!({"scenarios": [{"name": "slow", "turns": [
+        {"delay_ms": 30000, "tool_calls": [{"name": "complete", "arguments": {"result": "late"}}]}
+    ]}]});
+    let options = StackOptions::new(scenario).env("SHUTDOWN_GRACE_MS", "30000");
+    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "take your time"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id").to_owned();
+    stack
+        .wait_for_status(&id, &["running"], WAIT)
+        .await
+        .expect("running");
+    let worker = stack.process("worker");
+    worker.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !worker.has_exited(),
+        "the first signal drains (the job is mid-call)"
+    );
+    let started = std::time::Instant::now();
+    let exit = worker
+        .terminate(Duration::from_secs(5))
+        .await
+        .expect("the second signal ends it");
+    assert_eq!(exit.code(), Some(130), "{exit:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
