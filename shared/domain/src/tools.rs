@@ -96,7 +96,9 @@ pub fn builtin_tools() -> Vec<ToolSpec> {
                 }),
                 &["path", "old", "new"],
             ),
-            Idempotency::Idempotent,
+            // Not idempotent: when `new` contains `old`, running it again edits again. Ledgered, so a
+            // crash around it never edits twice.
+            Idempotency::SideEffecting,
         ),
         spec(
             "list_files",
