@@ -129,15 +129,30 @@ async fn a_three_movement_piece_keeps_the_prompt_cache_warm() {
     assert_eq!(task["piece"], "triple");
     let id = task["id"].as_str().expect("id");
 
-    let requests: Vec<Value> = stack
-        .llm
-        .requests()
-        .await
-        .expect("requests")
-        .into_iter()
-        .map(|r| r["body"].clone())
-        .collect();
+    let recorded = stack.llm.requests().await.expect("requests");
+    let requests: Vec<Value> = recorded.iter().map(|r| r["body"].clone()).collect();
     assert_eq!(requests.len(), 8, "one request per turn");
+    // The bytes on the wire, as the LLM server received them.
+    let raw = |i: usize, key: &str| {
+        recorded[i][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("request {i} has {key}"))
+            .to_owned()
+    };
+    for i in 1..recorded.len() {
+        assert_eq!(
+            raw(i, "raw_tools"),
+            raw(0, "raw_tools"),
+            "request {i} sends the very same tools bytes"
+        );
+        let (before, now) = (raw(i - 1, "raw_messages"), raw(i, "raw_messages"));
+        let open = before.strip_suffix(']').expect("a JSON array");
+        assert!(
+            now.starts_with(open) && now.len() > before.len(),
+            "request {i}'s messages bytes extend request {}'s",
+            i - 1
+        );
+    }
     let tools = serde_json::to_string(&requests[0]["tools"]).expect("json");
     let names: Vec<&str> = requests[0]["tools"]
         .as_array()

@@ -194,8 +194,8 @@ fn read_request(body: &Value) -> Result<Asked, String> {
     })
 }
 
-async fn chat(State(server): State<Arc<Server>>, body: Bytes) -> Response {
-    let body: Value = match serde_json::from_slice(&body) {
+async fn chat(State(server): State<Arc<Server>>, raw: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&raw) {
         Ok(body) => body,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")),
     };
@@ -217,7 +217,7 @@ async fn chat(State(server): State<Arc<Server>>, body: Bytes) -> Response {
         };
         (scenario.name.clone(), turn.clone())
     };
-    server.record(&body, &scenario_name, asked.turn);
+    server.record(&body, &raw, &scenario_name, asked.turn);
     let served = server.count(&asked.conversation, asked.turn);
     if let Some(fail) = turn
         .fail
@@ -266,12 +266,23 @@ async fn chat(State(server): State<Arc<Server>>, body: Bytes) -> Response {
 }
 
 impl Server {
-    fn record(&self, body: &Value, scenario: &str, turn: usize) {
+    /// Keep a request: its parsed body, and the exact bytes the client sent for `tools` and
+    /// `messages` (`raw_tools`, `raw_messages`), so tests can check byte stability.
+    fn record(&self, body: &Value, raw: &[u8], scenario: &str, turn: usize) {
+        let fields: std::collections::HashMap<String, &serde_json::value::RawValue> =
+            serde_json::from_slice(raw).unwrap_or_default();
+        let text = |key: &str| fields.get(key).map(|r| r.get().to_owned());
         let mut requests = self.requests.lock().expect("lock");
         if requests.len() == MAX_RECORDED {
             requests.pop_front();
         }
-        requests.push_back(json!({"scenario": scenario, "turn": turn, "body": body}));
+        requests.push_back(json!({
+            "scenario": scenario,
+            "turn": turn,
+            "body": body,
+            "raw_tools": text("tools"),
+            "raw_messages": text("messages"),
+        }));
     }
 
     /// How many requests of this conversation's turn have been answered, this one included.
