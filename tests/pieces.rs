@@ -555,3 +555,99 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
     let error = slow["latest_job"]["error"].as_str().unwrap_or_default();
     assert!(error.contains("deadline exceeded"), "{slow}");
 }
+
+/// The prompt guard end to end: when the conversation outgrows `MAX_PROMPT_TOKENS` it is
+/// deduplicated, compacted and, still too big, summarized by an LLM call; the rewrite is an
+/// event, the next request carries the summary instead of the old messages, and the job goes
+/// on to finish. The budget is set so that the guard first acts before turn 7's request —
+/// when a second copy of a large read arrives — and needs all three steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outgrown_conversation_is_deduplicated_compacted_and_summarized() {
+    let call = |calls: &[(&str, Value)]| {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|(name, arguments)| json!({"name": name, "arguments": arguments}))
+            .collect();
+        json!({"tool_calls": calls})
+    };
+    let make = "yes 'The quick brown fox jumps over the lazy dog.' | head -c 6000 > big.txt; \
+                yes 'Lorem ipsum dolor sit amet.' | head -c 2100 > mid.txt; \
+                yes abc | head -c 1000 > small.txt";
+    let mut turns = vec![
+        call(&[("shell", json!({"command": make}))]),
+        call(&[("read_file", json!({"path": "big.txt"}))]),
+        call(&[("read_file", json!({"path": "mid.txt"}))]),
+    ];
+    for n in 0..4 {
+        turns.push(call(&[("glob", json!({"pattern": format!("dir{n}/*")}))]));
+    }
+    turns.push(call(&[
+        ("read_file", json!({"path": "big.txt"})),
+        ("read_file", json!({"path": "small.txt"})),
+    ]));
+    turns.push(call(&[("complete", json!({"result": "read it"}))]));
+    let scenarios = json!({"scenarios": [
+        {"name": "summary", "match": "Summarize the work so far.", "repeat_last": true, "turns": [
+            {"text": "big.txt (the fox sentence) and mid.txt (lorem ipsum) were made and read."}
+        ]},
+        {"name": "work", "turns": turns}
+    ]});
+    // Estimated (as the worker does: bytes / 4) the conversation is 2,866 tokens before turn
+    // 7's request and 4,662 before turn 8's, besides 1,312 for the tools: 2,871 + 1,312 lets
+    // turn 7 through and stops turn 8.
+    let pieces = pieces_dir();
+    let stack = stack(scenarios, &pieces, &[("MAX_PROMPT_TOKENS", "4183")]).await;
+    let done = finish(
+        &stack,
+        json!({"instruction": "read the big file", "piece": "chat"}),
+    )
+    .await;
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    let id = done["id"].as_str().expect("id");
+    let events = stack.events(id).await.expect("events");
+    let rewrites: Vec<&Value> = events.iter().filter(|e| e["kind"] == "rewrite").collect();
+    assert_eq!(rewrites.len(), 1, "one rewrite");
+    assert_eq!(
+        rewrites[0]["payload"]["steps"],
+        json!(["dedup", "compact", "summarize"]),
+        "all three steps, cheapest first"
+    );
+    let requests = stack.llm.requests().await.expect("requests");
+    let summaries: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["scenario"] == "summary")
+        .collect();
+    assert_eq!(summaries.len(), 1, "one summarization call");
+    let asked = summaries[0]["body"]["messages"][1]["content"]
+        .as_str()
+        .expect("request");
+    assert!(
+        asked.contains("yes 'The quick brown fox"),
+        "the old part is summarized: {asked}"
+    );
+    let work: Vec<&Value> = requests
+        .iter()
+        .filter(|r| r["scenario"] == "work")
+        .collect();
+    assert_eq!(work.len(), 9, "every turn asked once");
+    let last = work[8]["body"]["messages"].as_array().expect("messages");
+    let texts: Vec<&str> = last.iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("[Summary of the earlier work")
+                && t.contains("big.txt (the fox sentence)")),
+        "the summary replaces the old messages"
+    );
+    assert!(
+        !last
+            .iter()
+            .any(|m| m["tool_calls"].to_string().contains("head -c 6000")),
+        "the summarized call is gone from the prompt"
+    );
+    assert_eq!(last[0]["role"], "system", "the system message is kept");
+    assert!(
+        texts[1].contains("read the big file"),
+        "the opening user message is kept"
+    );
+}

@@ -143,6 +143,34 @@ struct Asked {
     prompt: Vec<u8>,
 }
 
+/// The turn a conversation is at: one past the turn that produced its last assistant message
+/// with scripted call ids (`call_<turn>_<n>`), plus the assistant messages after that one — so
+/// a conversation the client rewrote (a summary replacing old messages) goes on where it was;
+/// without such ids, the number of assistant messages.
+fn turn_of(messages: &[Value]) -> usize {
+    let assistants: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .collect();
+    let scripted_turn = |m: &Value| {
+        m.get("tool_calls")?
+            .as_array()?
+            .iter()
+            .filter_map(|c| {
+                let id = c.get("id")?.as_str()?;
+                let (turn, _) = id.strip_prefix("call_")?.split_once('_')?;
+                turn.parse::<usize>().ok()
+            })
+            .max()
+    };
+    assistants
+        .iter()
+        .rev()
+        .enumerate()
+        .find_map(|(after, m)| scripted_turn(m).map(|turn| turn + 1 + after))
+        .unwrap_or(assistants.len())
+}
+
 fn read_request(body: &Value) -> Result<Asked, String> {
     let messages = body
         .get("messages")
@@ -157,10 +185,7 @@ fn read_request(body: &Value) -> Result<Asked, String> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let turn = messages
-        .iter()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
-        .count();
+    let turn = turn_of(messages);
     let mut conversation = Sha256::new();
     for message in &messages[..=first_user_at] {
         conversation.update(message.to_string().as_bytes());
