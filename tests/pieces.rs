@@ -651,3 +651,63 @@ async fn an_outgrown_conversation_is_deduplicated_compacted_and_summarized() {
         "the opening user message is kept"
     );
 }
+
+/// A new job's prompt shows the workspace: AGENTS.md, the memory and skills indexes in the
+/// static system message, the lessons with the instruction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_job_sees_agents_md_memory_skills_and_lessons() {
+    let write = |path: &str, content: &str| json!({"tool_calls": [{"name": "write_file", "arguments": {"path": path, "content": content}}]});
+    let scenarios = json!({"scenarios": [
+        {"name": "follow", "match": "follows up an earlier one", "turns": [
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "seen"}}]}
+        ]},
+        {"name": "setup", "turns": [
+            write("AGENTS.md", "Use tabs, never spaces."),
+            write(".maestro/memory/build.md", "# How to build\nRun make."),
+            write(".maestro/skills/release/SKILL.md", "---\nname: release\ndescription: Cut a release\n---\nSteps."),
+            write(".maestro/lessons.md", "The tests need Postgres."),
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "set up"}}]}
+        ]}
+    ]});
+    let pieces = pieces_dir();
+    let stack = stack(scenarios, &pieces, &[]).await;
+    let done = finish(&stack, json!({"instruction": "set up the workspace"})).await;
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    let id = done["id"].as_str().expect("id");
+    let path = format!("/api/local/tasks/{id}/comments");
+    let (status, _) = stack
+        .api(
+            reqwest::Method::POST,
+            &path,
+            Some(&json!({"body": "Look again."})),
+        )
+        .await
+        .expect("comment");
+    assert_eq!(status, 201);
+    let done = stack
+        .wait_for_status(id, &["succeeded", "failed"], Duration::from_secs(30))
+        .await
+        .expect("follow-up");
+    assert_eq!(done["latest_job"]["job_no"], 2);
+    let requests = stack.llm.requests().await.expect("requests");
+    let follow = requests
+        .iter()
+        .find(|r| r["scenario"] == "follow")
+        .expect("the follow-up's request");
+    let system = follow["body"]["messages"][0]["content"]
+        .as_str()
+        .expect("system");
+    assert!(system.contains("## AGENTS.md (from the workspace)\nUse tabs, never spaces."));
+    assert!(
+        system.contains("- `.maestro/memory/build.md`: How to build"),
+        "{system}"
+    );
+    assert!(system.contains("- `.maestro/skills/release/SKILL.md`: release: Cut a release"));
+    let user = follow["body"]["messages"][1]["content"]
+        .as_str()
+        .expect("user");
+    assert!(
+        user.contains("<lessons>") && user.contains("The tests need Postgres."),
+        "{user}"
+    );
+}

@@ -9,7 +9,7 @@ use chrono::SecondsFormat;
 use maestro_db::jobs::Claimed;
 use maestro_domain::Message;
 use maestro_domain::piece::{Movement, Piece};
-use maestro_domain::tools::ToolSpec;
+use maestro_domain::tools::{ToolSpec, WorkspaceContext};
 
 /// The static part of the system message: the same bytes for every job of a piece, so the
 /// LLM's prompt cache can reuse it. No time, task, files or other per-job data belong here.
@@ -31,8 +31,8 @@ pub struct Opening<'a> {
     pub follow_ups: &'a [String],
     /// The question an earlier job asked, when the follow-ups are its answer.
     pub question: Option<&'a str>,
-    /// The workspace's `AGENTS.md`, when it has one.
-    pub agents_md: Option<&'a str>,
+    /// What the prompt shows of the workspace: `AGENTS.md`, memory and skills indexes, lessons.
+    pub workspace: &'a WorkspaceContext,
 }
 
 /// The first two messages of a new job that starts in `start`. Both are the same bytes on
@@ -45,8 +45,26 @@ pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> Vec<Messag
         .map(|t| format!("- `{}`: {}\n", t.name, first_sentence(&t.description)))
         .collect();
     let mut system = format!("{PREAMBLE}\n\nTools:\n{overview}");
-    if let Some(agents) = opening.agents_md.map(str::trim).filter(|a| !a.is_empty()) {
+    let workspace = opening.workspace;
+    if let Some(agents) = workspace
+        .agents_md
+        .as_deref()
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
         system.push_str(&format!("\n## AGENTS.md (from the workspace)\n{agents}\n"));
+    }
+    if !workspace.memory.is_empty() {
+        system.push_str("\n## Memory index (read an entry with `read_file` when it matters)\n");
+        for entry in &workspace.memory {
+            system.push_str(&format!("- `{}`: {}\n", entry.path, entry.title));
+        }
+    }
+    if !workspace.skills.is_empty() {
+        system.push_str("\n## Skills index (read a skill's file before you use it)\n");
+        for entry in &workspace.skills {
+            system.push_str(&format!("- `{}`: {}\n", entry.path, entry.title));
+        }
     }
     system.push_str(&format!("\n## Piece: {}\n", piece.name));
     if !piece.description.is_empty() {
@@ -62,6 +80,11 @@ pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> Vec<Messag
         claim.job_no,
         claim.instruction
     );
+    if let Some(lessons) = workspace.lessons.as_deref() {
+        user.push_str(&format!(
+            "\n\n<lessons>\nWhat earlier work in this workspace learned:\n{lessons}\n</lessons>"
+        ));
+    }
     if let Some(question) = opening.question {
         user.push_str(&format!(
             "\n\n<answer>\nAn earlier job of this task asked the user:\n{question}\n\nThe user \
@@ -154,6 +177,7 @@ fn first_sentence(description: &str) -> &str {
 mod tests {
     use super::*;
     use maestro_domain::piece::Catalog;
+    use maestro_domain::tools::IndexEntry;
     use maestro_domain::{JobId, TaskId};
 
     fn claim(job_no: i32) -> Claimed {
@@ -185,12 +209,13 @@ mod tests {
         let plan = coding.movement("plan").expect("plan");
         let tools = maestro_domain::tools::builtin_tools();
         let (first, second) = (claim(1), claim(1));
+        let empty = WorkspaceContext::default();
         let opening = |claim| Opening {
             tools: &tools,
             claim,
             follow_ups: &[],
             question: None,
-            agents_md: None,
+            workspace: &empty,
         };
         let a = seed(coding, plan, opening(&first));
         let b = seed(coding, plan, opening(&second));
@@ -227,7 +252,18 @@ mod tests {
             claim: &claim,
             follow_ups: &follow_ups,
             question: None,
-            agents_md: Some("Use tabs."),
+            workspace: &WorkspaceContext {
+                agents_md: Some("Use tabs.".to_owned()),
+                memory: vec![IndexEntry {
+                    path: ".maestro/memory/build.md".to_owned(),
+                    title: "How to build".to_owned(),
+                }],
+                skills: vec![IndexEntry {
+                    path: ".maestro/skills/release/SKILL.md".to_owned(),
+                    title: "release: Cut a release".to_owned(),
+                }],
+                lessons: Some("Run the tests first.".to_owned()),
+            },
         };
         let messages = seed(chat, chat.movement(&chat.start).expect("start"), opening);
         assert!(
@@ -237,8 +273,19 @@ mod tests {
                 .expect("system")
                 .contains("Use tabs.")
         );
+        let system = messages[0].content.as_deref().expect("system");
+        assert!(
+            system.contains("## Memory index")
+                && system.contains("- `.maestro/memory/build.md`: How to build")
+        );
+        assert!(system.contains("- `.maestro/skills/release/SKILL.md`: release: Cut a release"));
         let user = messages[1].content.as_deref().expect("user");
         assert!(user.contains("follows up an earlier one") && user.contains("Also add a test"));
+        assert!(user.contains("<lessons>") && user.contains("Run the tests first."));
+        assert!(
+            !system.contains("Run the tests first."),
+            "lessons are not static"
+        );
     }
 
     #[test]
@@ -252,7 +299,7 @@ mod tests {
             claim: &claim,
             follow_ups: &answers,
             question: Some("Which colour?"),
-            agents_md: None,
+            workspace: &WorkspaceContext::default(),
         };
         let messages = seed(chat, chat.movement(&chat.start).expect("start"), opening);
         let user = messages[1].content.as_deref().expect("user");

@@ -206,6 +206,34 @@ pub const ASK: &str = "ask";
 /// person approves; the package is then installed into the workspace).
 pub const REQUEST_PACKAGE: &str = "request_package";
 
+/// The tool-runner's reader of what a new job's prompt shows of its workspace (never offered
+/// to the model): `AGENTS.md`, the memory and skills indexes, the lessons.
+pub const WORKSPACE_CONTEXT: &str = "workspace_context";
+
+/// What a new job's prompt shows of its workspace, read in one tool-runner call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceContext {
+    /// `AGENTS.md` at the workspace root.
+    #[serde(default)]
+    pub agents_md: Option<String>,
+    /// `.maestro/memory/*.md`: path and title (first line).
+    #[serde(default)]
+    pub memory: Vec<IndexEntry>,
+    /// `.maestro/skills/<name>/SKILL.md`: path, name and description.
+    #[serde(default)]
+    pub skills: Vec<IndexEntry>,
+    /// `.maestro/lessons.md`: what earlier work in this workspace learned.
+    #[serde(default)]
+    pub lessons: Option<String>,
+}
+
+/// One line of an index: a file and what it is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub path: String,
+    pub title: String,
+}
+
 /// The tool-runner's installer, which runs an approved `request_package` (never offered to
 /// the model).
 pub const INSTALL_PACKAGE: &str = "install_package";

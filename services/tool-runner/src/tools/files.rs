@@ -29,6 +29,7 @@ pub fn execute(
         "edit_file" => edit_file(workspace, parse(arguments)?, owner),
         "list_files" => list_files(workspace, parse(arguments)?),
         "glob" => glob(workspace, parse(arguments)?),
+        maestro_domain::tools::WORKSPACE_CONTEXT => workspace_context(workspace, limits),
         other => Err(format!("unknown tool {other:?}")),
     }
 }
@@ -196,6 +197,91 @@ fn edit_file(ws: &Workspace, args: EditArgs, owner: Option<(u32, u32)>) -> Resul
             args.path
         )),
     }
+}
+
+/// Most entries of the memory or skills index.
+const MAX_INDEX: usize = 50;
+/// Most bytes of the lessons shown.
+const MAX_LESSONS: usize = 4096;
+
+/// `AGENTS.md`, the memory index, the skills index and the lessons of a workspace, as JSON
+/// (see [`maestro_domain::tools::WorkspaceContext`]). Missing parts are simply absent.
+fn workspace_context(ws: &Workspace, limits: Limits) -> Result<String, String> {
+    use maestro_domain::tools::{IndexEntry, WorkspaceContext};
+    let text = |relative: &str, cap: usize| {
+        let (bytes, _) = read_regular(&ws.root().join(relative), cap).ok()?;
+        let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+        (!text.is_empty()).then_some(text)
+    };
+    let mut context = WorkspaceContext {
+        agents_md: text("AGENTS.md", limits.max_read_bytes),
+        lessons: text(".maestro/lessons.md", MAX_LESSONS),
+        ..WorkspaceContext::default()
+    };
+    let names = |dir: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(ws.root().join(dir))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names.truncate(MAX_INDEX);
+        names
+    };
+    for name in names(".maestro/memory")
+        .into_iter()
+        .filter(|n| n.ends_with(".md"))
+    {
+        let path = format!(".maestro/memory/{name}");
+        if let Some(body) = text(&path, 4096) {
+            context.memory.push(IndexEntry {
+                title: title(&body),
+                path,
+            });
+        }
+    }
+    for name in names(".maestro/skills") {
+        let path = format!(".maestro/skills/{name}/SKILL.md");
+        if let Some(body) = text(&path, 4096) {
+            context.skills.push(IndexEntry {
+                title: format!("{name}: {}", skill_description(&body)),
+                path,
+            });
+        }
+    }
+    serde_json::to_string(&context).map_err(|e| e.to_string())
+}
+
+/// A memory file's title: its first non-empty line, without heading marks.
+fn title(body: &str) -> String {
+    let line = body
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    let line = line.trim_start_matches('#').trim();
+    line.chars().take(160).collect()
+}
+
+/// A skill's description: the `description:` of its front matter, else its first line of
+/// text that is not a heading.
+fn skill_description(body: &str) -> String {
+    let described = body
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("description:"))
+        .map(|d| d.trim().trim_matches('"').to_owned());
+    let text = described.unwrap_or_else(|| {
+        body.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#') && *l != "---")
+            .unwrap_or_default()
+            .to_owned()
+    });
+    text.chars().take(200).collect()
 }
 
 fn list_files(ws: &Workspace, args: ListArgs) -> Result<String, String> {

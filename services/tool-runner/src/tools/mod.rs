@@ -61,9 +61,13 @@ impl Toolbox {
             ));
         }
         let output = match call.tool.as_str() {
-            "read_file" | "write_file" | "edit_file" | "list_files" | "glob" | "grep" => {
-                self.confined(call).await?
-            }
+            "read_file"
+            | "write_file"
+            | "edit_file"
+            | "list_files"
+            | "glob"
+            | "grep"
+            | maestro_domain::tools::WORKSPACE_CONTEXT => self.confined(call).await?,
             "shell" => shell::run(&self.sandbox, &call, cancel).await?,
             "http_fetch" => http::fetch(&call).await?,
             maestro_domain::tools::INSTALL_PACKAGE => {

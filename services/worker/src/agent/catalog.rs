@@ -10,7 +10,7 @@ use bytes::Bytes;
 use maestro_db::jobs::Claimed;
 use maestro_domain::piece::Piece;
 use maestro_domain::tools::{
-    self, McpListReply, McpListRequest, McpTarget, ToolExecRequest, ToolSpec,
+    self, McpListReply, McpListRequest, McpTarget, ToolExecRequest, ToolSpec, WorkspaceContext,
 };
 
 use super::Shared;
@@ -34,24 +34,22 @@ pub(super) async fn tools(
     tools
 }
 
-/// The task workspace's `AGENTS.md`, read through a tool-runner (the worker has no access to
-/// workspaces), when the file exists and the policy lets the job read files.
-pub(super) async fn agents_md(shared: &Shared, claim: &Claimed) -> Option<String> {
-    let arguments = serde_json::json!({"path": "AGENTS.md"});
-    if shared
-        .policy
-        .refusal("read_file", &arguments, &[])
-        .is_some()
-    {
-        return None;
+/// What the prompt shows of the task's workspace — `AGENTS.md`, the memory and skills
+/// indexes, the lessons — read in one tool-runner call (the worker has no access to
+/// workspaces), when the policy lets the job read files. Nothing when that fails: the job
+/// starts without it.
+pub(super) async fn workspace_context(shared: &Shared, claim: &Claimed) -> WorkspaceContext {
+    let probe = serde_json::json!({"path": "AGENTS.md"});
+    if shared.policy.refusal("read_file", &probe, &[]).is_some() {
+        return WorkspaceContext::default();
     }
     let request = ToolExecRequest {
         task_id: claim.task_id,
         job_id: claim.job_id,
-        call_id: "agents_md".to_owned(),
-        operation_id: format!("{}/agents_md", claim.job_id),
-        tool: "read_file".to_owned(),
-        arguments,
+        call_id: "workspace_context".to_owned(),
+        operation_id: format!("{}/workspace_context", claim.job_id),
+        tool: tools::WORKSPACE_CONTEXT.to_owned(),
+        arguments: serde_json::json!({}),
         timeout_ms: 5_000,
         network: false,
         allowed_hosts: Vec::new(),
@@ -60,11 +58,14 @@ pub(super) async fn agents_md(shared: &Shared, claim: &Claimed) -> Option<String
     };
     let subject = shared.subjects.tools_exec();
     match tool_client::execute(&shared.nats, subject, &request, Duration::from_secs(5)).await {
-        Ok(reply) if reply.ok => Some(reply.output),
-        Ok(_) => None,
+        Ok(reply) if reply.ok => serde_json::from_str(&reply.output).unwrap_or_default(),
+        Ok(reply) => {
+            tracing::warn!(error = %reply.output, "cannot read the workspace context");
+            WorkspaceContext::default()
+        }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot read AGENTS.md; the job starts without it");
-            None
+            tracing::warn!(error = %e, "cannot read the workspace context; the job starts without it");
+            WorkspaceContext::default()
         }
     }
 }

@@ -332,14 +332,14 @@ impl<'a> JobRun<'a> {
         } else {
             Vec::new()
         };
-        let agents_md = catalog::agents_md(self.shared, claim).await;
+        let workspace = catalog::workspace_context(self.shared, claim).await;
         self.enter(start, None, None);
         let opening = Opening {
             tools: &self.tools,
             claim,
             follow_ups: &follow_ups,
             question: claim.resume_question.as_deref(),
-            agents_md: agents_md.as_deref(),
+            workspace: &workspace,
         };
         for message in conversation::seed(self.piece, start, opening) {
             self.record(MessageEvent::plain(message));
