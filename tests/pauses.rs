@@ -262,6 +262,34 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
         && e["payload"]["resumed"] == true));
     let ids: Vec<&Value> = events.iter().map(|e| &e["job_id"]).collect();
     assert!(ids.windows(2).all(|w| w[0] == w[1]), "one job throughout");
+
+    // The pause and the decision are notifications (webhooks), the pause with its items.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let notifications: Vec<(String, Value)> = loop {
+        let rows: Vec<(String, Value)> =
+            sqlx::query_as("SELECT kind, payload FROM notifications ORDER BY event_seq")
+                .fetch_all(&stack.db.pool)
+                .await
+                .expect("notifications");
+        if rows.iter().any(|(k, _)| k == "task.succeeded") || tokio::time::Instant::now() > deadline
+        {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let kinds: Vec<&str> = notifications.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["task.waiting_human", "task.decided", "task.succeeded"]
+    );
+    let waiting = &notifications[0].1["data"];
+    assert_eq!(waiting["wait_reason"], "tool_request");
+    assert_eq!(waiting["required_actions"][0]["id"], rid);
+    assert_eq!(waiting["required_actions"][0]["tool"], "write_file");
+    let decided = &notifications[1].1["data"];
+    assert_eq!(decided["decision"]["decision"], "approve");
+    assert_eq!(decided["decision"]["scope"], "task");
+    assert_eq!(decided["status"], "queued");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

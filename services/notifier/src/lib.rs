@@ -1,4 +1,4 @@
-//! The notifier: turns job state changes into notifications (an inbox row, a message on
+//! The notifier: turns job state changes and decisions into notifications (an inbox row, a message on
 //! `<prefix>.notify.<type>`) and delivers them to webhook subscriptions, signed per
 //! Standard Webhooks and retried with backoff.
 
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::Settings;
 
-/// Run both consumers until `shutdown`.
+/// Run the consumers (job states, decisions, webhook deliveries) until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Infra {
         subjects, pool, js, ..
@@ -28,6 +28,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_ack_pending: 1000,
     };
     let states = setup::job_state_consumer(&js, &subjects, &events_settings).await?;
+    let decisions = setup::decision_consumer(&js, &subjects, &events_settings).await?;
     let hook_settings = ConsumerSettings {
         ack_wait: settings.webhook_timeout * 3,
         max_deliver: settings.webhook_max_attempts,
@@ -60,8 +61,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_deliver: hook_settings.max_deliver,
         fetch_expires: Duration::from_secs(5),
     };
+    let decision_runner = RunnerConfig {
+        name: "decisions",
+        ..state_runner.clone()
+    };
     maestro_runtime::announce_ready("notifier", None);
     tokio::join!(
+        maestro_messaging::consumer::run(
+            decisions,
+            state_handler.clone(),
+            decision_runner,
+            shutdown.clone()
+        ),
         maestro_messaging::consumer::run(states, state_handler, state_runner, shutdown.clone()),
         maestro_messaging::consumer::run(hooks, hook_handler, hook_runner, shutdown),
     );

@@ -1,16 +1,17 @@
-//! Job state changes → notifications. For every `job_state` event whose status is
-//! notification-worthy (succeeded, failed, cancelled, waiting for a human) the notifier
+//! Job state changes and decisions → notifications. For every `job_state` event whose status
+//! is notification-worthy (succeeded, failed, cancelled, waiting for a human — with the items
+//! it waits for) and every `decision` event (`task.decided`) the notifier
 //! records a notification, its webhook deliveries and their outbox rows in one statement,
 //! then acknowledges the event. A redelivered event changes nothing (one notification per
 //! event).
 
 use maestro_db::PgPool;
 use maestro_domain::notification::{Notification, NotificationData, NotificationType};
-use maestro_domain::{Event, EventBody, NotificationId};
+use maestro_domain::{Event, EventBody, JobStatus, NotificationId};
 use maestro_messaging::{Delivery, Handler, Outcome};
 use std::time::Duration;
 
-/// Handles `job_state` events.
+/// Handles `job_state` and `decision` events.
 #[derive(Debug)]
 pub struct JobStateHandler {
     pub pool: PgPool,
@@ -22,15 +23,28 @@ impl Handler for JobStateHandler {
             Ok(event) => event,
             Err(e) => return Outcome::Poison(format!("malformed event: {e}")),
         };
-        let change = match event.body() {
-            Ok(EventBody::JobState(change)) => change,
+        let (kind, change, decision) = match event.body() {
+            Ok(EventBody::JobState(change)) => {
+                let Some(kind) = NotificationType::for_status(change.status) else {
+                    return Outcome::Done;
+                };
+                (kind, change, None)
+            }
+            Ok(EventBody::Decision(decided)) => {
+                // The job's state right after the decision.
+                let status = match (decided.kind, decided.resumed) {
+                    (maestro_domain::WaitReason::Ask, _) => JobStatus::Succeeded,
+                    (_, true) => JobStatus::Queued,
+                    (_, false) => JobStatus::WaitingHuman,
+                };
+                let change = maestro_domain::JobStateChange::new(status, 0);
+                let payload = serde_json::to_value(&decided).ok();
+                (NotificationType::TaskDecided, change, payload)
+            }
             Ok(_) => return Outcome::Done,
-            Err(e) => return Outcome::Poison(format!("malformed job_state payload: {e}")),
+            Err(e) => return Outcome::Poison(format!("malformed event payload: {e}")),
         };
-        let Some(kind) = NotificationType::for_status(change.status) else {
-            return Outcome::Done;
-        };
-        match self.record(&event, kind, change).await {
+        match self.record(&event, kind, change, decision).await {
             Ok(()) => Outcome::Done,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot record a notification; will retry");
@@ -50,6 +64,7 @@ impl JobStateHandler {
         event: &Event,
         kind: NotificationType,
         change: maestro_domain::JobStateChange,
+        decision: Option<serde_json::Value>,
     ) -> anyhow::Result<()> {
         let Some(owner) = maestro_db::tasks::owner_of(&self.pool, event.task_id).await? else {
             return Ok(());
@@ -69,6 +84,7 @@ impl JobStateHandler {
                 error: change.error,
                 wait_reason: change.wait_reason,
                 required_actions: change.required_actions,
+                decision,
             },
         };
         let recorded = maestro_db::webhooks::record_notification(&self.pool, &notification).await?;

@@ -20,14 +20,18 @@ pub enum NotificationType {
     TaskCancelled,
     #[serde(rename = "task.waiting_human")]
     TaskWaitingHuman,
+    /// A person answered or decided an item a paused job waited for.
+    #[serde(rename = "task.decided")]
+    TaskDecided,
 }
 
 impl NotificationType {
-    pub const ALL: [NotificationType; 4] = [
+    pub const ALL: [NotificationType; 5] = [
         NotificationType::TaskSucceeded,
         NotificationType::TaskFailed,
         NotificationType::TaskCancelled,
         NotificationType::TaskWaitingHuman,
+        NotificationType::TaskDecided,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +40,7 @@ impl NotificationType {
             NotificationType::TaskFailed => "task.failed",
             NotificationType::TaskCancelled => "task.cancelled",
             NotificationType::TaskWaitingHuman => "task.waiting_human",
+            NotificationType::TaskDecided => "task.decided",
         }
     }
 
@@ -90,6 +95,9 @@ pub struct NotificationData {
     /// For `task.waiting_human`: the items the job waits for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required_actions: Vec<serde_json::Value>,
+    /// For `task.decided`: the decision (as its `decision` event's payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<serde_json::Value>,
 }
 
 #[cfg(test)]

@@ -231,6 +231,23 @@ pub async fn job_state_consumer(
     .await
 }
 
+/// The durable consumer the notifier reads people's decisions on paused jobs from.
+pub async fn decision_consumer(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    settings: &ConsumerSettings,
+) -> Result<consumer::PullConsumer, SetupError> {
+    let filter = subjects.events_of_kind(EventKind::Decision);
+    ensure_consumer(
+        js,
+        &subjects.stream(EVENTS),
+        "notifier_decisions",
+        filter,
+        settings,
+    )
+    .await
+}
+
 /// The durable consumer the notifier attempts webhook deliveries from.
 pub async fn webhook_consumer(
     js: &jetstream::Context,
