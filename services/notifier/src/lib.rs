@@ -20,7 +20,10 @@ pub use config::Settings;
 /// Run the consumers (job states, decisions, webhook deliveries) until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Infra {
-        subjects, pool, js, ..
+        subjects,
+        pool,
+        js,
+        nats,
     } = Infra::connect(&settings.common, "maestro-notifier").await?;
     let events_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(30),
@@ -40,7 +43,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .connect_timeout(Duration::from_secs(5))
         .build()
         .context("build the HTTP client")?;
-    let state_handler = Arc::new(notifications::JobStateHandler { pool: pool.clone() });
+    let state_handler = Arc::new(notifications::JobStateHandler {
+        pool: pool.clone(),
+        nats: nats.clone(),
+        subjects: subjects.clone(),
+    });
     let hook_handler = Arc::new(webhooks::DeliveryHandler {
         pool,
         http,

@@ -15,6 +15,9 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct JobStateHandler {
     pub pool: PgPool,
+    /// To wake the outbox relay after recording (the notification's outbox rows).
+    pub nats: async_nats::Client,
+    pub subjects: maestro_messaging::Subjects,
 }
 
 impl Handler for JobStateHandler {
@@ -88,6 +91,9 @@ impl JobStateHandler {
             },
         };
         let recorded = maestro_db::webhooks::record_notification(&self.pool, &notification).await?;
+        if recorded.created {
+            maestro_messaging::publish::wake_outbox(&self.nats, &self.subjects).await;
+        }
         if recorded.created {
             tracing::info!(
                 task_id = %event.task_id,

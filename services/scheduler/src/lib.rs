@@ -14,10 +14,14 @@ pub use config::Settings;
 /// Run the relay and the re-dispatcher until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Infra {
-        subjects, pool, js, ..
+        subjects,
+        pool,
+        js,
+        nats,
     } = Infra::connect(&settings.common, "maestro-scheduler").await?;
     let relay = relay::Relay {
         pool: pool.clone(),
+        nats: nats.clone(),
         js: js.clone(),
         subjects: subjects.clone(),
         batch: settings.relay_batch,
@@ -25,6 +29,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     };
     let redispatcher = redispatch::Redispatcher {
         pool,
+        nats,
         js,
         subjects,
         interval: settings.redispatch_interval,

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub struct Redispatcher {
     pub pool: PgPool,
+    pub nats: async_nats::Client,
     pub js: jetstream::Context,
     pub subjects: Subjects,
     pub interval: Duration,
@@ -41,6 +42,10 @@ impl Redispatcher {
     /// One scan; returns how many jobs were dispatched again.
     pub async fn once(&self) -> anyhow::Result<usize> {
         let stalled = maestro_db::jobs::take_stalled(&self.pool, self.grace, 200).await?;
+        if !stalled.is_empty() {
+            // Each re-dispatch wrote a `redispatch` event.
+            maestro_messaging::publish::wake_outbox(&self.nats, &self.subjects).await;
+        }
         for job in &stalled {
             let dispatch = JobDispatch {
                 job_id: job.job_id,

@@ -1,23 +1,26 @@
 //! The outbox relay: publishes committed outbox rows to JetStream (`Nats-Msg-Id` = the row's
 //! `msg_id`, so a row published twice is stored once) and deletes them in the same
-//! transaction that locked them. Woken by `NOTIFY maestro_outbox` on every insert, with a
-//! slow poll as a fallback. Several relays may run: `SKIP LOCKED` splits the rows.
+//! transaction that locked them. Woken by `<prefix>.outbox.wake` (a core NATS message every
+//! writer sends after a commit that added rows; wake-ups that pile up while it drains count
+//! once), with a slow poll as a fallback for a lost one. Several relays may run: `SKIP LOCKED`
+//! splits the rows.
 
 use std::time::Duration;
 
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures::future::try_join_all;
+use futures::{FutureExt as _, StreamExt as _};
 use maestro_db::PgPool;
 use maestro_db::outbox::{self, OutboxRow};
 use maestro_messaging::Subjects;
-use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 /// Publishes the outbox.
 #[derive(Debug, Clone)]
 pub struct Relay {
     pub pool: PgPool,
+    pub nats: async_nats::Client,
     pub js: jetstream::Context,
     pub subjects: Subjects,
     pub batch: i64,
@@ -27,8 +30,18 @@ pub struct Relay {
 impl Relay {
     /// Relay until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut listener = self.listen().await;
+        let mut wakes = match self.nats.subscribe(self.subjects.outbox_wake()).await {
+            Ok(wakes) => Some(wakes),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to outbox wake-ups; polling");
+                None
+            }
+        };
         while !shutdown.is_cancelled() {
+            // Wake-ups that arrived while draining are covered by the drain that follows.
+            if let Some(wakes) = wakes.as_mut() {
+                while let Some(Some(_)) = wakes.next().now_or_never() {}
+            }
             match self.drain().await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(published = n, "outbox drained"),
@@ -39,12 +52,9 @@ impl Relay {
                 }
             }
             let woken = async {
-                match listener.as_mut() {
-                    Some(listener) => {
-                        if let Err(e) = listener.recv().await {
-                            tracing::warn!(error = %e, "outbox notifications interrupted");
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
+                match wakes.as_mut() {
+                    Some(wakes) => {
+                        wakes.next().await;
                     }
                     None => std::future::pending().await,
                 }
@@ -54,29 +64,9 @@ impl Relay {
                 _ = tokio::time::sleep(self.poll) => {}
                 _ = shutdown.cancelled() => {}
             }
-            if listener.is_none() {
-                listener = self.listen().await;
-            }
         }
         // One last drain so rows committed before the signal are not left for the next start.
         let _ = self.drain().await;
-    }
-
-    async fn listen(&self) -> Option<PgListener> {
-        let mut listener = match PgListener::connect_with(&self.pool).await {
-            Ok(listener) => listener,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for outbox notifications; polling");
-                return None;
-            }
-        };
-        match listener.listen(outbox::CHANNEL).await {
-            Ok(()) => Some(listener),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for outbox notifications; polling");
-                None
-            }
-        }
     }
 
     /// Publish everything in the outbox; returns how many rows were published.

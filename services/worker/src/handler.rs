@@ -36,7 +36,11 @@ impl JobHandler {
         let worker_id = &self.deps.settings.worker_id;
         let claimed = jobs::claim(&self.deps.pool, dispatch.job_id, worker_id, self.lease()).await;
         let later = match claimed {
-            Ok(Ok(claimed)) => return Ok(claimed),
+            Ok(Ok(claimed)) => {
+                // The claim wrote the `running` event.
+                maestro_messaging::publish::wake_outbox(&self.deps.nats, &self.deps.subjects).await;
+                return Ok(claimed);
+            }
             Ok(Err(NotClaimed::Missing | NotClaimed::Settled(_))) => return Err(Outcome::Done),
             // Someone else holds it: look again when that lease runs out.
             Ok(Err(NotClaimed::Leased { lease_expires_at })) => {

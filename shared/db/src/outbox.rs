@@ -1,14 +1,13 @@
 //! The transactional outbox. Rows are inserted by the statements that change state (events
 //! get theirs from a trigger); the relay takes a batch under `FOR UPDATE SKIP LOCKED`,
 //! publishes it and deletes it in the same transaction, so a crash between publish and delete
-//! only re-publishes, and JetStream drops the duplicate by `msg_id`.
+//! only re-publishes, and JetStream drops the duplicate by `msg_id`. Writers wake the relay
+//! over NATS after their commit (`maestro_messaging::publish::wake_outbox`), not with NOTIFY,
+//! whose global lock would serialize every writing transaction.
 
 use sqlx::{PgConnection, PgPool};
 
 use crate::DbError;
-
-/// The channel the outbox trigger notifies on every insert.
-pub const CHANNEL: &str = "maestro_outbox";
 
 /// A message waiting to be published on `<prefix>.<topic>`.
 #[derive(Debug, Clone, PartialEq)]

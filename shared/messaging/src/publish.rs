@@ -62,3 +62,15 @@ pub async fn start(
         .await
         .map_err(|e| PublishError::Nats(e.into()))
 }
+
+/// Tell the outbox relay that rows were committed (a core NATS message, fire and forget).
+/// Sent by every writer after a commit that added outbox rows. A lost wake-up costs latency
+/// only: the relay also polls.
+pub async fn wake_outbox(nats: &async_nats::Client, subjects: &crate::Subjects) {
+    if let Err(e) = nats
+        .publish(subjects.outbox_wake(), bytes::Bytes::new())
+        .await
+    {
+        tracing::debug!(error = %e, "cannot wake the outbox relay; it will poll");
+    }
+}

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `<p>.jobs.dispatch.<profile>` | job dispatch (work queue, stream `<P>_JOBS`) |
 //! | `<p>.jobs.<job_id>.control` | interject/cancel wake-ups for a running job (core NATS) |
+//! | `<p>.outbox.wake` | a writer committed outbox rows: the relay drains (core NATS) |
 //! | `<p>.events.<task_id>.<kind>` | persisted events, from the outbox (stream `<P>_EVENTS`) |
 //! | `<p>.deltas.<task_id>.<job_id>.<after_seq>` | live message fragments (stream `<P>_DELTAS`, short retention) |
 //! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
@@ -108,6 +109,11 @@ impl Subjects {
     /// `<p>.tools.mcp.list`: the tools of an MCP server (request/reply).
     pub fn mcp_list(&self) -> String {
         format!("{}.tools.mcp.list", self.prefix)
+    }
+
+    /// `<p>.outbox.wake` (core NATS): a writer committed outbox rows; the relay drains now.
+    pub fn outbox_wake(&self) -> String {
+        format!("{}.outbox.wake", self.prefix)
     }
 
     /// `<p>.tools.cancel`: `{"job_id": ...}` stops every tool call of the job.

@@ -242,6 +242,7 @@ async fn settle(state: &AppState, decided: Decided) -> Result<(Action, bool), Ap
             resumed,
             attempt,
         } => {
+            maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
             if resumed {
                 let dispatch = JobDispatch {
                     job_id: action.job_id,

@@ -99,6 +99,7 @@ pub async fn create(
                 )
                 .await?
                 {
+                    maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
                     let dispatch = JobDispatch {
                         job_id,
                         task_id,
@@ -121,6 +122,7 @@ pub async fn create(
                     comments::follow_up(&state.pool, task_id, job_id, &owner, &text, max_attempts)
                         .await?
                 {
+                    maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
                     let dispatch = JobDispatch {
                         job_id,
                         task_id,
@@ -190,6 +192,7 @@ pub async fn cancel(
         });
     };
     tracing::info!(%task_id, %job_id, "job cancelled");
+    maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
     signal(&state, job_id, JobControl::Cancel).await;
     let payload =
         Bytes::from(serde_json::to_vec(&serde_json::json!({"job_id": job_id})).unwrap_or_default());

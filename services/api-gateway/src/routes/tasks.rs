@@ -171,7 +171,9 @@ pub async fn create(
         profile: "default",
         max_attempts: state.settings.job_max_attempts,
     };
-    let Some(task) = maestro_db::tasks::create(&state.pool, &new).await? else {
+    let created = maestro_db::tasks::create(&state.pool, &new).await?;
+    maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
+    let Some(task) = created else {
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
     };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");

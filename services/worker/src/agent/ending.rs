@@ -27,6 +27,7 @@ pub(super) async fn settle_failed(
         c.error = Some(error.clone())
     });
     jobs::append(&shared.pool, fence, &[change], Some(&transition)).await??;
+    maestro_messaging::publish::wake_outbox(&shared.nats, &shared.subjects).await;
     Ok(JobEnd::Failed(error))
 }
 

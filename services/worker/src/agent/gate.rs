@@ -264,6 +264,7 @@ impl JobRun<'_> {
             let kinds = [WaitReason::McpAuthRequired];
             let decided =
                 actions::decide(pool, self.claim.task_id, action.id, &kinds, &decision).await?;
+            maestro_messaging::publish::wake_outbox(&self.shared.nats, &self.shared.subjects).await;
             if let Decided::Done { resumed: true, .. } = decided {
                 tracing::info!("a token arrived while the job paused; going on");
                 return Ok(Some(JobEnd::Released));

@@ -541,6 +541,8 @@ impl<'a> JobRun<'a> {
         .await?;
         match written {
             Ok(first) => {
+                maestro_messaging::publish::wake_outbox(&self.shared.nats, &self.shared.subjects)
+                    .await;
                 self.last_seq = first + events.len() as i64 - 1;
                 self.deltas.committed(self.last_seq);
                 self.delivering.clear();
