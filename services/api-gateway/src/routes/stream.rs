@@ -148,11 +148,16 @@ impl Pump {
         }
         let shutdown = self.state.shutdown.clone();
         loop {
+            // Biased, deltas before events: a message's deltas reach this connection before
+            // its event (the worker publishes them before it commits), so when both are
+            // waiting the deltas go first — otherwise the event would make them stale and
+            // the client would miss the end of the live text.
             let step = tokio::select! {
+                biased;
                 _ = self.tx.closed() => return,
                 _ = shutdown.cancelled() => return,
-                Some(message) = events.next() => self.on_event(&message.payload).await,
                 Some(message) = deltas.next() => self.on_delta(&message.payload).await,
+                Some(message) = events.next() => self.on_event(&message.payload).await,
                 else => return,
             };
             if step.is_err() {

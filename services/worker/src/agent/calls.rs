@@ -59,8 +59,13 @@ impl JobRun<'_> {
             .into_iter()
             .partition(|c| c.name() == tools::COMPLETE || c.name() == tools::TRANSITION);
         if !regular.is_empty() {
-            // What the model asked for is durable before anything touches the world.
-            self.commit(None).await?;
+            // What the model asked for is durable before anything touches the world. Calls that
+            // only read (and need nobody's approval) touch nothing: their message is committed
+            // with their results, one commit instead of two; a crash in between only asks the
+            // LLM that turn again.
+            if !regular.iter().all(|c| self.reads_freely(c)) {
+                self.commit(None).await?;
+            }
             let mut runnable = Vec::with_capacity(regular.len());
             let mut parked = Vec::new();
             for call in regular {
@@ -81,6 +86,9 @@ impl JobRun<'_> {
             match stopped {
                 None => {}
                 Some(CallError::Unavailable(e)) => {
+                    // Keep the LLM's turn (and the results so far): the retry runs only the
+                    // calls still without a result, and does not ask the LLM again.
+                    self.commit(None).await?;
                     return self.recoverable(e.to_string(), None).await.map(Some);
                 }
                 Some(CallError::Unknown {
@@ -148,6 +156,22 @@ impl JobRun<'_> {
             }
         }
         (results, None)
+    }
+
+    /// A read-only call the policy allows as it is (no approval, no person).
+    fn reads_freely(&self, call: &ToolCall) -> bool {
+        let Some(spec) = self.spec(call) else {
+            return false;
+        };
+        if !spec.is_read_only() || spec.name == tools::ASK {
+            return false;
+        }
+        parse_arguments(&call.function.arguments).is_ok_and(|arguments| {
+            self.shared
+                .policy
+                .refusal(&spec.name, &arguments, &self.granted)
+                .is_none()
+        })
     }
 
     pub(super) fn spec(&self, call: &ToolCall) -> Option<&ToolSpec> {

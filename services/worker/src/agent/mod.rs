@@ -5,8 +5,10 @@
 //! until the model calls `complete` (or a guard ends the job).
 //!
 //! Commits per iteration are few and deliberate: the assistant message (with its tool calls)
-//! is committed before any tool runs, so what the model asked for is never lost; the tool
-//! results follow in one commit, together with a transition's movement event and the next
+//! is committed before any tool that may change something runs, so what the model asked for
+//! is never lost; when every call only reads, the message is committed with the results
+//! instead (nothing happened that a crash could lose track of); the tool results follow in
+//! one commit, together with a transition's movement event and the next
 //! movement's guidance; a message that only calls `complete` is committed together with the
 //! job's final state. A job resumed after a crash rebuilds its conversation and its place in
 //! the piece from these events and carries on from the last commit.
