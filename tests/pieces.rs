@@ -458,8 +458,8 @@ async fn scripted_llm_reports_the_upstream_usage() {
 }
 
 /// The other guards: text-only replies, the per-movement watchdog (with its warning), the
-/// `max_movements` loop guard, a start movement given by the task, the job deadline, and the
-/// grounded piece selection.
+/// `max_movements` loop guard, a start movement given by the task, the job deadline,
+/// `MAX_ITERATIONS`, and the grounded piece selection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hold() {
     let glob = |n: usize| json!({"tool_calls": [{"name": "glob", "arguments": {"pattern": format!("d{n}/*")}}]});
@@ -472,6 +472,7 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
         {"name": "start", "match": "start at b", "turns": [
             {"tool_calls": [{"name": "complete", "arguments": {"result": "started in b"}}]}
         ]},
+        {"name": "many", "match": "many steps", "turns": (10..16).map(glob).collect::<Vec<_>>()},
         {"name": "slow", "match": "slow", "turns": [
             {"delay_ms": 600, "tool_calls": [{"name": "glob", "arguments": {"pattern": "*"}}]},
             {"tool_calls": [{"name": "complete", "arguments": {"result": "too late"}}]}
@@ -539,12 +540,14 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
         "the task's start movement wins"
     );
 
-    // Another stack: a 300 ms job deadline, and every task without a piece on `tight`.
+    // Another stack: a 300 ms job deadline, 3 LLM iterations per job, and every task
+    // without a piece on `tight`.
     let strict = stack(
         scenarios,
         &pieces,
         &[
             ("JOB_DEADLINE_MS", "300"),
+            ("MAX_ITERATIONS", "3"),
             ("PIECE_SELECTION", "grounded"),
             ("GROUNDED_PIECE", "tight"),
         ],
@@ -554,6 +557,13 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
     assert_eq!(slow["piece"], "tight", "the grounded piece was chosen");
     let error = slow["latest_job"]["error"].as_str().unwrap_or_default();
     assert!(error.contains("deadline exceeded"), "{slow}");
+    // MAX_ITERATIONS (3) ends the job before the piece's own limit (5) would.
+    let many = finish(&strict, json!({"instruction": "many steps"})).await;
+    let error = many["latest_job"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("no `complete` after 3 LLM iterations"),
+        "{many}"
+    );
 }
 
 /// The prompt guard end to end: when the conversation outgrows `MAX_PROMPT_TOKENS` it is

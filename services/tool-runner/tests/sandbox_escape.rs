@@ -2,8 +2,9 @@
 //! contained — reading secrets or files outside the workspace (directly, through `..` and
 //! through symlinks), writing outside it, reaching a listener on the host's loopback (from a
 //! program, or with `http_fetch` even when network is granted), a fork bomb, a memory hog, a
-//! CPU spinner, endless output, a sleeper past its time limit, a child that outlives its
-//! parent, a FIFO that would block a file tool. Real bubblewrap, real Landlock, real processes.
+//! CPU spinner, endless output, too many open files, a sleeper past its time limit, a child
+//! that outlives its parent, a FIFO that would block a file tool. Real bubblewrap, real
+//! Landlock, real processes.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -460,4 +461,20 @@ async fn a_fifo_cannot_hang_the_file_tools() {
         started.elapsed() < Duration::from_secs(3),
         "nothing blocked"
     );
+}
+
+#[tokio::test]
+async fn open_files_stop_at_the_limit() {
+    let h = harness().await;
+    let opened = h
+        .shell("python3 -c \"\nfs=[]\ntry:\n  while len(fs) < 1000: fs.append(open('/dev/null'))\nexcept OSError as e: print('stopped at', len(fs), e.errno)\"")
+        .await;
+    let stopped: usize = text(&opened)
+        .split("stopped at ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("opening stopped: {opened:?}"));
+    assert!(stopped < 64, "at most the open-files limit (64): {stopped}");
+    assert!(text(&opened).contains(" 24"), "EMFILE: {opened:?}");
 }
