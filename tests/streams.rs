@@ -6,8 +6,9 @@
 //! - A comment on a running job reaches the very next LLM request as the last `user` message,
 //!   once; a comment racing `complete` is read before the job finishes; a comment on a finished
 //!   task starts a follow-up job.
-//! - `?after=`, keep-alive comments, and resuming from a delta that aged out (the merged
-//!   message comes instead).
+//! - `?after=`, keep-alive comments, resuming from a delta that aged out (the merged message
+//!   comes instead), and a client that stops reading being disconnected (bounded memory) and
+//!   resuming without a gap.
 //! - Cancelling stops a streaming job and kills a running tool's processes, and works on a
 //!   queued job without any worker.
 
@@ -656,4 +657,95 @@ async fn after_keep_alives_and_aged_out_deltas() {
         message.data["payload"]["content"], "Looking around the workspace now.",
         "whole: {message:?}"
     );
+}
+
+/// A client that stops reading does not make the gateway buffer without limit: once the TCP
+/// buffers and `SSE_BUFFER` items are full and nothing moves for `SSE_STALL_MS`, it is
+/// disconnected — and it resumes from the last item it read, missing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_disconnected_and_can_resume() {
+    // ~8 MB of events and deltas (more than the TCP buffers hold): 16 turns of 500 KB text,
+    // streamed in 16 KB deltas.
+    let text = "A slow reader must not hold the gateway's memory. ".repeat(10_000);
+    let mut turns: Vec<Value> = (0..16)
+        .map(|i| {
+            json!({"text": text, "chunk_chars": 16_384,
+                   "tool_calls": [{"name": "glob", "arguments": {"pattern": format!("slow{i}/*")}}]})
+        })
+        .collect();
+    turns.push(json!({"tool_calls": [{"name": "complete", "arguments": {"result": "flooded"}}]}));
+    let options = StackOptions::new(json!({"scenarios": [{"name": "flood", "turns": turns}]}))
+        .env("SSE_BUFFER", "4")
+        .env("SSE_STALL_MS", "1000")
+        .env("MAX_PROMPT_TOKENS", "10000000");
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "flood the stream"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id").to_owned();
+    // Connect and read nothing while the job floods the stream.
+    let response = stack
+        .http
+        .get(stack.url(&format!("/api/local/tasks/{id}/stream")))
+        .bearer_auth(&stack.token)
+        .send()
+        .await
+        .expect("stream");
+    let done = stack
+        .wait_for_status(&id, &["succeeded", "failed"], Duration::from_secs(120))
+        .await
+        .expect("the job ends");
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Now read what was buffered: the stream ends (the gateway let go) instead of staying
+    // open with keep-alives, and it ends before the job's last event.
+    let mut body = response.bytes_stream();
+    let mut raw = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let ended = loop {
+        match tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut body)).await {
+            Ok(Some(Ok(chunk))) => raw.extend_from_slice(&chunk),
+            Ok(Some(Err(_)) | None) => break true,
+            // Still open (a connection kept alive would go on forever).
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the stalled client was disconnected");
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        !text.contains("\"status\":\"succeeded\""),
+        "it was cut off before the end"
+    );
+    let last_id = text
+        .split("\n\n")
+        .filter(|block| block.contains("\ndata: ") || block.starts_with("data: "))
+        .filter_map(|block| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .map(str::to_owned)
+        })
+        .last()
+        .expect("some items arrived before the stall");
+    // Resume from there: everything after it, once, to the end.
+    let mut resumed = stack.stream(&id, Some(&last_id)).await.expect("resume");
+    let rest = resumed
+        .read_until(Duration::from_secs(60), |i| {
+            i.event == "job_state" && i.data["payload"]["status"] == "succeeded"
+        })
+        .await;
+    let persisted = stack.events(&id).await.expect("events");
+    let after = last_id.parse::<StreamId>().expect("stream id").seq;
+    let expected: Vec<String> = persisted
+        .iter()
+        .filter(|e| e["seq"].as_i64().expect("seq") > after)
+        .map(|e| e["seq"].to_string())
+        .collect();
+    let got: Vec<String> = rest
+        .iter()
+        .filter(|i| i.event != "delta")
+        .map(|i| i.id.clone())
+        .collect();
+    assert_eq!(got, expected, "the rest of the events, once each");
 }

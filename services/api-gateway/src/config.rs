@@ -26,6 +26,10 @@ pub struct Settings {
     pub job_max_attempts: i32,
     /// Interval of SSE keep-alive comments.
     pub sse_keepalive: Duration,
+    /// Items buffered per SSE client before the gateway waits for it.
+    pub sse_buffer: usize,
+    /// An SSE client that accepts nothing for this long is disconnected (it can resume).
+    pub sse_stall: Duration,
     /// After SIGTERM, how long open requests may take to finish.
     pub shutdown_grace: Duration,
     /// The pieces tasks may name (built-ins plus `PIECES_DIR`).
@@ -79,6 +83,8 @@ impl Settings {
             allowed_models,
             job_max_attempts: env.parse("JOB_MAX_ATTEMPTS", 5)?,
             sse_keepalive: env.millis("SSE_KEEPALIVE_MS", Duration::from_secs(15))?,
+            sse_buffer: env.parse::<usize>("SSE_BUFFER", 256)?.max(1),
+            sse_stall: env.millis("SSE_STALL_MS", Duration::from_secs(30))?,
             shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(10))?,
         })
     }

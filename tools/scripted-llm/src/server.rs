@@ -92,6 +92,8 @@ pub fn router(scenarios: Scenarios, upstream: Option<Upstream>) -> Router {
         .route("/_scripted/requests", get(requests))
         .route("/_scripted/scenarios", post(load_scenarios))
         .route("/_scripted/reset", post(reset))
+        // Long conversations (tests that flood a stream) send requests of several MB.
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(server)
 }
 

@@ -28,10 +28,6 @@ use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 
-/// Items buffered per client before the pump waits for it.
-const BUFFER: usize = 256;
-/// A client that accepts nothing for this long is disconnected (it can resume).
-const STALL_LIMIT: Duration = Duration::from_secs(30);
 /// Events read from Postgres per query while catching up.
 const PAGE: i64 = 500;
 /// How long a delta replay waits for the next stored delta before it is done.
@@ -112,7 +108,9 @@ async fn open(
         .subscribe(state.subjects.deltas_of_task(task_id))
         .await
         .map_err(anyhow::Error::from)?;
-    let (tx, rx) = mpsc::channel(BUFFER);
+    // Bounded per client (`SSE_BUFFER`): a client that stops reading holds this much, plus its
+    // TCP buffers, and is disconnected after `SSE_STALL_MS`.
+    let (tx, rx) = mpsc::channel(state.settings.sse_buffer);
     let keepalive = state.settings.sse_keepalive;
     let pump = Pump {
         state,
@@ -295,7 +293,8 @@ impl Pump {
     }
 
     async fn send(&mut self, id: StreamId, item: SseEvent) -> Result<(), Gone> {
-        match tokio::time::timeout(STALL_LIMIT, self.tx.send(item)).await {
+        let stall = self.state.settings.sse_stall;
+        match tokio::time::timeout(stall, self.tx.send(item)).await {
             Ok(Ok(())) => {
                 self.last = id;
                 Ok(())
