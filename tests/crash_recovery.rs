@@ -227,3 +227,31 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         "dispatched once more, claimed once"
     );
 }
+
+/// A job that stays queued (no worker takes it: a backlog, not a lost dispatch) is re-dispatched
+/// with backoff — grace, then 2×, 4×, … — not every grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_left_queued_is_redispatched_with_backoff() {
+    let scenario = json!({"scenarios": [{"name": "any", "turns": [
+        {"tool_calls": [{"name": "complete", "arguments": {"result": "x"}}]}
+    ]}]});
+    let mut options = StackOptions::new(scenario)
+        .env("REDISPATCH_GRACE_MS", "300")
+        .env("REDISPATCH_INTERVAL_MS", "50");
+    options.services.retain(|s| *s != Service::Worker);
+    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let task = stack
+        .create_task(json!({"instruction": "nobody takes this"}))
+        .await
+        .expect("task");
+    let id = task["id"].as_str().expect("id");
+    // Without backoff about ten re-dispatches fit in 3.3 s; with it, those at 0.3, 0.9 and 2.1 s
+    // (the next is due at 4.5 s).
+    tokio::time::sleep(Duration::from_millis(3300)).await;
+    let events = stack.events(id).await.expect("events");
+    let redispatches = events.iter().filter(|e| e["kind"] == "redispatch").count();
+    assert!(
+        (2..=4).contains(&redispatches),
+        "backed off: {redispatches} re-dispatches"
+    );
+}

@@ -71,7 +71,8 @@ pub async fn claim(
                SET status = 'running', attempt = attempt + 1, worker_id = $2,
                    lease_expires_at = now() + make_interval(secs => $3),
                    started_at = COALESCE(started_at, now()), next_retry_at = NULL,
-                   wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now()
+                   wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now(),
+                   redispatches = 0
              WHERE id = $1
                AND (status = 'queued'
                     OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
@@ -326,7 +327,10 @@ pub async fn take_stalled(
                                WHEN 'retry' THEN 'retry_due'
                                ELSE 'lease_expired' END AS reason
               FROM jobs
-             WHERE (status = 'queued' AND updated_at < now() - make_interval(secs => $1))
+             -- A queued job's dispatch may still be waiting in a backlog: back off (grace,
+             -- then 2x, 4x, ... at most 64x) rather than re-dispatch it every grace period.
+             WHERE (status = 'queued' AND updated_at < now()
+                        - make_interval(secs => $1 * power(2, LEAST(redispatches, 6))))
                 OR (status = 'retry' AND next_retry_at < now() - make_interval(secs => $1)
                     AND updated_at < now() - make_interval(secs => $1))
                 OR (status = 'running' AND lease_expires_at < now() - make_interval(secs => $1)
@@ -335,7 +339,8 @@ pub async fn take_stalled(
              LIMIT $2
              FOR UPDATE SKIP LOCKED
         ), j AS (
-            UPDATE jobs SET updated_at = now(), last_job_seq = last_job_seq + 1
+            UPDATE jobs SET updated_at = now(), last_job_seq = last_job_seq + 1,
+                            redispatches = redispatches + 1
               FROM s WHERE jobs.id = s.id
          RETURNING jobs.id, jobs.task_id, jobs.attempt, jobs.profile, jobs.last_job_seq, s.reason
         ), t AS (
