@@ -108,6 +108,14 @@ async fn comments(stack: &Stack, id: &str) -> usize {
     body["comments"].as_array().map_or(0, Vec::len)
 }
 
+/// Approve a package request (expecting 200).
+async fn approve_package(stack: &Stack, id: &str, item: &Value) {
+    let rid = item["id"].as_str().expect("id");
+    let approve = json!({"decision": "approve"});
+    let (status, _) = decide(stack, id, "package-requests", rid, approve).await;
+    assert_eq!(status, 200);
+}
+
 /// The content of the tool message answering `call_id` in the LLM's last request.
 async fn tool_answer(stack: &Stack, call_id: &str) -> String {
     let requests = stack.llm.requests().await.expect("requests");
@@ -566,16 +574,7 @@ async fn an_approved_package_is_installed_into_the_workspace_and_a_failure_is_re
     assert!(stack.workspace(&id).join(".maestro/pip/six.py").exists());
 
     let items = pending(&stack, &id).await;
-    let rid = items[0]["id"].as_str().expect("id");
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "package-requests",
-        rid,
-        json!({"decision": "approve"}),
-    )
-    .await;
-    assert_eq!(status, 200);
+    approve_package(&stack, &id, &items[0]).await;
     // The failed install is reported to the model, which asks for an npm package next.
     let paused = stack
         .wait_for_status(
@@ -594,16 +593,7 @@ async fn an_approved_package_is_installed_into_the_workspace_and_a_failure_is_re
     );
     let items = pending(&stack, &id).await;
     assert_eq!(items[0]["package"]["manager"], "npm");
-    let rid = items[0]["id"].as_str().expect("id");
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "package-requests",
-        rid,
-        json!({"decision": "approve"}),
-    )
-    .await;
-    assert_eq!(status, 200);
+    approve_package(&stack, &id, &items[0]).await;
     let done = stack
         .wait_for_status(&id, &["succeeded", "failed"], Duration::from_secs(240))
         .await

@@ -99,20 +99,7 @@ pub async fn create(
                 )
                 .await?
                 {
-                    maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
-                    let dispatch = JobDispatch {
-                        job_id,
-                        task_id,
-                        attempt: 0,
-                    };
-                    super::tasks::dispatch(&state, dispatch).await;
-                    return Ok((
-                        StatusCode::CREATED,
-                        Json(Routed {
-                            comment,
-                            routed_to: "answer",
-                        }),
-                    ));
+                    return Ok(started(&state, task_id, job_id, comment, "answer").await);
                 }
             }
             _ => {
@@ -122,20 +109,7 @@ pub async fn create(
                     comments::follow_up(&state.pool, task_id, job_id, &owner, &text, max_attempts)
                         .await?
                 {
-                    maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
-                    let dispatch = JobDispatch {
-                        job_id,
-                        task_id,
-                        attempt: 0,
-                    };
-                    super::tasks::dispatch(&state, dispatch).await;
-                    return Ok((
-                        StatusCode::CREATED,
-                        Json(Routed {
-                            comment,
-                            routed_to: "follow_up",
-                        }),
-                    ));
+                    return Ok(started(&state, task_id, job_id, comment, "follow_up").await);
                 }
             }
         }
@@ -144,6 +118,25 @@ pub async fn create(
         code: "busy",
         message: "the task changed state while the comment was routed; retry".to_owned(),
     })
+}
+
+/// A comment started job `job_id` (committed): wake the relay for its events, dispatch it,
+/// and answer.
+async fn started(
+    state: &AppState,
+    task_id: TaskId,
+    job_id: JobId,
+    comment: Comment,
+    routed_to: &'static str,
+) -> (StatusCode, Json<Routed>) {
+    maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
+    let dispatch = JobDispatch {
+        job_id,
+        task_id,
+        attempt: 0,
+    };
+    super::tasks::dispatch(state, dispatch).await;
+    (StatusCode::CREATED, Json(Routed { comment, routed_to }))
 }
 
 fn accepts_interjections(status: JobStatus) -> bool {
