@@ -59,6 +59,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/local/tasks/{id}", get(routes::tasks::get))
         .route("/api/local/tasks/{id}/events", get(routes::tasks::events))
         .route(
+            "/api/local/tasks/{id}/subtasks",
+            get(routes::tasks::subtasks),
+        )
+        .route(
             "/api/local/tasks/{id}/transcript",
             get(routes::tasks::transcript),
         )

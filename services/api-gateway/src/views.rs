@@ -16,6 +16,11 @@ pub struct TaskJson {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub latest_job: Option<JobView>,
+    /// Set on a subtask: the task that delegated it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<TaskId>,
+    /// 0 for a task nobody delegated; a subtask is one deeper than its parent.
+    pub depth: i32,
     pub links: Links,
 }
 
@@ -23,6 +28,7 @@ pub struct TaskJson {
 pub struct Links {
     pub events: String,
     pub stream: String,
+    pub subtasks: String,
 }
 
 impl From<TaskView> for TaskJson {
@@ -30,6 +36,7 @@ impl From<TaskView> for TaskJson {
         let links = Links {
             events: format!("/api/local/tasks/{}/events", t.id),
             stream: format!("/api/local/tasks/{}/stream", t.id),
+            subtasks: format!("/api/local/tasks/{}/subtasks", t.id),
         };
         Self {
             id: t.id,
@@ -39,6 +46,8 @@ impl From<TaskView> for TaskJson {
             created_at: t.created_at,
             updated_at: t.updated_at,
             latest_job: t.latest_job,
+            parent_task_id: t.parent_task_id,
+            depth: t.depth,
             links,
         }
     }

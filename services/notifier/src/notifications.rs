@@ -38,6 +38,7 @@ impl Handler for JobStateHandler {
                 let status = match (decided.kind, decided.resumed) {
                     (maestro_domain::WaitReason::Ask, _) => JobStatus::Succeeded,
                     (_, true) => JobStatus::Queued,
+                    (maestro_domain::WaitReason::Subtask, false) => JobStatus::WaitingSubtasks,
                     (_, false) => JobStatus::WaitingHuman,
                 };
                 let change = maestro_domain::JobStateChange::new(status, 0);

@@ -18,6 +18,8 @@ pub struct Settings {
     /// How long a job may sit queued (or a due retry, or an expired lease) before it is
     /// dispatched again.
     pub redispatch_grace: Duration,
+    /// Fallback poll of the subtask join when no wake-up arrives.
+    pub join_poll: Duration,
 }
 
 impl Settings {
@@ -28,6 +30,7 @@ impl Settings {
             relay_poll: env.millis("RELAY_POLL_MS", Duration::from_secs(1))?,
             redispatch_interval: env.millis("REDISPATCH_INTERVAL_MS", Duration::from_secs(5))?,
             redispatch_grace: env.millis("REDISPATCH_GRACE_MS", Duration::from_secs(30))?,
+            join_poll: env.millis("SUBTASK_JOIN_POLL_MS", Duration::from_secs(2))?,
         })
     }
 }

@@ -1,17 +1,20 @@
 //! The scheduler: MAESTRO's timekeeper. It runs the outbox relay (the only publisher of
-//! events, notifications and webhook deliveries to JetStream) and re-dispatches jobs that
+//! events, notifications and webhook deliveries to JetStream), the subtask join (a parent
+//! waiting for its subtasks is queued again once they are over) and re-dispatches jobs that
 //! should be running but are not.
 
 pub mod config;
+pub mod joiner;
 pub mod redispatch;
 pub mod relay;
+mod wake;
 
 use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 
 pub use config::Settings;
 
-/// Run the relay and the re-dispatcher until `shutdown`.
+/// Run the relay, the subtask join and the re-dispatcher until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Infra {
         subjects,
@@ -27,6 +30,13 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         batch: settings.relay_batch,
         poll: settings.relay_poll,
     };
+    let joiner = joiner::Joiner {
+        pool: pool.clone(),
+        nats: nats.clone(),
+        js: js.clone(),
+        subjects: subjects.clone(),
+        poll: settings.join_poll,
+    };
     let redispatcher = redispatch::Redispatcher {
         pool,
         nats,
@@ -36,6 +46,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         grace: settings.redispatch_grace,
     };
     maestro_runtime::announce_ready("scheduler", None);
-    tokio::join!(relay.run(shutdown.clone()), redispatcher.run(shutdown));
+    tokio::join!(
+        relay.run(shutdown.clone()),
+        joiner.run(shutdown.clone()),
+        redispatcher.run(shutdown)
+    );
     Ok(())
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures::future::try_join_all;
-use futures::{FutureExt as _, StreamExt as _};
 use maestro_db::PgPool;
 use maestro_db::outbox::{self, OutboxRow};
 use maestro_messaging::Subjects;
@@ -30,43 +29,11 @@ pub struct Relay {
 impl Relay {
     /// Relay until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut wakes = match self.nats.subscribe(self.subjects.outbox_wake()).await {
-            Ok(wakes) => Some(wakes),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot subscribe to outbox wake-ups; polling");
-                None
-            }
-        };
-        while !shutdown.is_cancelled() {
-            // Wake-ups that arrived while draining are covered by the drain that follows.
-            if let Some(wakes) = wakes.as_mut() {
-                while let Some(Some(_)) = wakes.next().now_or_never() {}
-            }
-            match self.drain().await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(published = n, "outbox drained"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "outbox relay failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            }
-            let woken = async {
-                match wakes.as_mut() {
-                    Some(wakes) => {
-                        wakes.next().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep(self.poll) => {}
-                _ = shutdown.cancelled() => {}
-            }
-        }
-        // One last drain so rows committed before the signal are not left for the next start.
-        let _ = self.drain().await;
+        let subject = self.subjects.outbox_wake();
+        crate::wake::run(&self.nats, subject, self.poll, shutdown, "outbox relay", || {
+            self.drain()
+        })
+        .await;
     }
 
     /// Publish everything in the outbox; returns how many rows were published.

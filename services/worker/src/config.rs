@@ -48,6 +48,13 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// The workspace tool policy (`WORKSPACE_POLICY`, a JSON file; built-in default otherwise).
     pub policy: ToolPolicy,
+    /// How deep subtasks may nest: a task at this depth is not offered `delegate` (0 turns
+    /// delegation off).
+    pub max_subtask_depth: i32,
+    /// `delegate` calls one reply may make; the ones past it get a tool error.
+    pub max_subtasks_per_turn: usize,
+    /// The piece a subtask runs when the `delegate` call names none.
+    pub subtask_piece: String,
 }
 
 impl Settings {
@@ -63,6 +70,10 @@ impl Settings {
         let catalog = maestro_runtime::pieces::catalog(env)?;
         let default_piece = maestro_runtime::pieces::default_piece(env, &catalog)?;
         let job_deadline = env.millis("JOB_DEADLINE_MS", Duration::from_secs(3600))?;
+        let subtask_piece = env.string("SUBTASK_PIECE", &default_piece);
+        if catalog.get(&subtask_piece).is_none() {
+            return Err(env.invalid("SUBTASK_PIECE", format!("no piece {subtask_piece:?}")));
+        }
         Ok(Self {
             common: CommonSettings::from_env(env)?,
             job_deadline: (!job_deadline.is_zero()).then_some(job_deadline),
@@ -83,6 +94,9 @@ impl Settings {
             default_model: env.string("LLM_MODEL", "scripted"),
             max_iterations: env.parse("MAX_ITERATIONS", 100)?,
             max_asks: env.parse("MAX_ASKS", 5)?,
+            max_subtask_depth: env.parse("MAX_SUBTASK_DEPTH", 2)?,
+            max_subtasks_per_turn: env.parse("MAX_SUBTASKS_PER_TURN", 8)?,
+            subtask_piece,
             tool_timeout: env.millis("TOOL_TIMEOUT_MS", Duration::from_secs(60))?,
             retry_base: env.millis("RETRY_BASE_MS", Duration::from_secs(1))?,
             retry_max: env.millis("RETRY_MAX_MS", Duration::from_secs(60))?,

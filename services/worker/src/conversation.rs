@@ -199,6 +199,9 @@ mod tests {
             resume_question: None,
             ask_count: 0,
             grants: Vec::new(),
+            parent_task_id: None,
+            depth: 0,
+            workspace_id: TaskId::new(),
         }
     }
 

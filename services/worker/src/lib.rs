@@ -70,6 +70,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         nats,
+        js,
         subjects,
         llm,
         settings: Arc::new(settings),

@@ -29,6 +29,8 @@ pub struct NewAction {
     pub movement: String,
     pub source_seq: Option<i64>,
     pub detail: Value,
+    /// The child task a `subtask` item waits for.
+    pub subtask: Option<TaskId>,
 }
 
 /// An item as stored and shown by the API.
@@ -102,13 +104,14 @@ pub async fn record(
     for item in items {
         let row = sqlx::query!(
             r#"
-            INSERT INTO required_actions (id, task_id, job_id, key, kind, movement, source_seq, detail)
+            INSERT INTO required_actions (id, task_id, job_id, key, kind, movement, source_seq, detail,
+                                          subtask_id)
             SELECT $1, $2, $3, $4, $5, $6,
                    -- The message that proposed the call, unless the caller knows better.
                    COALESCE($7, (SELECT (payload ->> 'message_seq')::bigint FROM events
                                   WHERE job_id = $3 AND kind = 'tool_call'
                                     AND payload ->> 'call_id' = $9 LIMIT 1)),
-                   $8
+                   $8, $11
              WHERE EXISTS (SELECT 1 FROM jobs
                             WHERE id = $3 AND attempt = $10 AND status = 'running')
             ON CONFLICT (job_id, key) DO UPDATE
@@ -132,6 +135,7 @@ pub async fn record(
             item.detail,
             item.key.rsplit('/').next().unwrap_or_default(),
             fence.attempt,
+            item.subtask.map(|t| t.0),
         )
         .fetch_optional(pool)
         .await?;
@@ -143,17 +147,24 @@ pub async fn record(
     Ok(Some(recorded))
 }
 
-/// A task's items: the pending ones of its waiting job, or (`all`) every item ever, oldest
-/// first. (A cancelled job's undecided items stay `pending` in the history; they are not
-/// waited for.)
+/// A task's items: the pending ones of its waiting job and of the waiting jobs of every task
+/// below it (its subtasks, theirs...: a parent shows the whole set it waits for), or (`all`)
+/// every item the task itself ever had, oldest first. (A cancelled job's undecided items stay
+/// `pending` in the history; they are not waited for.)
 pub async fn list(pool: &PgPool, task_id: TaskId, all: bool) -> Result<Vec<Action>, DbError> {
     let rows = sqlx::query!(
         r#"
+        WITH RECURSIVE tree AS (
+            SELECT id FROM tasks WHERE id = $1
+            UNION ALL
+            SELECT t.id FROM tasks t JOIN tree ON t.parent_task_id = tree.id WHERE NOT $2
+        )
         SELECT a.id, a.task_id, a.job_id, a.key, a.kind, a.status, a.movement, a.source_seq,
                a.detail, a.decision, a.created_at, a.decided_at
           FROM required_actions a JOIN jobs j ON j.id = a.job_id
-         WHERE a.task_id = $1
-           AND ($2 OR (a.status = 'pending' AND j.status = 'waiting_human'))
+         WHERE a.task_id IN (SELECT id FROM tree)
+           AND ($2 OR (a.status = 'pending'
+                       AND j.status IN ('waiting_human', 'waiting_subtasks')))
          ORDER BY a.created_at, a.id
         "#,
         task_id.0,
@@ -304,13 +315,19 @@ pub async fn decide(
         .execute(&mut *tx)
         .await?;
     }
-    let remaining = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM required_actions WHERE job_id = $1 AND status = 'pending'"#,
+    // Subtask items are answered by child tasks, not people: once no person is waited for,
+    // a job still waiting for children waits for them alone.
+    let remaining = sqlx::query!(
+        r#"
+        SELECT count(*) FILTER (WHERE kind <> 'subtask') AS "people!",
+               count(*) FILTER (WHERE kind = 'subtask') AS "children!"
+          FROM required_actions WHERE job_id = $1 AND status = 'pending'
+        "#,
         job.id
     )
     .fetch_one(&mut *tx)
     .await?;
-    let resumed = remaining == 0;
+    let resumed = remaining.people == 0 && remaining.children == 0;
     let kind = WaitReason::parse(&action.kind)
         .ok_or_else(|| DbError::Corrupt(format!("unknown action kind {:?}", action.kind)))?;
     let mut events = vec![EventBody::Decision(DecisionEvent {
@@ -337,6 +354,19 @@ pub async fn decide(
         let mut queued = JobStateChange::new(JobStatus::Queued, job.attempt);
         queued.reason = Some("every item the job waited for is decided".to_owned());
         events.push(EventBody::JobState(queued));
+    } else if remaining.people == 0 {
+        sqlx::query!(
+            r#"
+            UPDATE jobs SET status = 'waiting_subtasks', wait_reason = NULL, updated_at = now()
+             WHERE id = $1
+            "#,
+            job.id
+        )
+        .execute(&mut *tx)
+        .await?;
+        let mut waiting = JobStateChange::new(JobStatus::WaitingSubtasks, job.attempt);
+        waiting.reason = Some("every person's item is decided; subtasks are still running".into());
+        events.push(EventBody::JobState(waiting));
     }
     push_events(&mut tx, JobId(job.id), &events).await?;
     tx.commit().await?;
@@ -506,7 +536,7 @@ pub async fn answer(
 }
 
 /// Append events to a job that no worker holds (a paused job), in the caller's transaction.
-async fn push_events(
+pub(crate) async fn push_events(
     conn: &mut PgConnection,
     job_id: JobId,
     events: &[EventBody],

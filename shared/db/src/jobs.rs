@@ -41,6 +41,12 @@ pub struct Claimed {
     pub ask_count: i32,
     /// Tools a person approved for the whole task.
     pub grants: Vec<String>,
+    /// The task that delegated this one, if one did.
+    pub parent_task_id: Option<TaskId>,
+    /// How deep below a task nobody delegated this one is (0: it is such a task).
+    pub depth: i32,
+    /// The task whose workspace this one works in (its own, or its top task's).
+    pub workspace_id: TaskId,
 }
 
 /// Why a job could not be claimed.
@@ -83,7 +89,8 @@ pub async fn claim(
             UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
               FROM j WHERE tasks.id = j.task_id
          RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece,
-                   tasks.model, tasks.start_movement
+                   tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
+                   COALESCE(tasks.workspace_id, tasks.id) AS workspace_id
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
@@ -93,6 +100,7 @@ pub async fn claim(
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
                j.resume_movement, j.resume_question, j.ask_count,
                t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model, t.start_movement,
+               t.parent_task_id, t.depth, t.workspace_id AS "workspace_id!",
                ARRAY(SELECT g.tool FROM task_grants g WHERE g.task_id = j.task_id ORDER BY g.tool)
                    AS "grants!"
           FROM j, t
@@ -122,6 +130,9 @@ pub async fn claim(
             resume_question: r.resume_question,
             ask_count: r.ask_count,
             grants: r.grants,
+            parent_task_id: r.parent_task_id.map(TaskId),
+            depth: r.depth,
+            workspace_id: TaskId(r.workspace_id),
         }));
     }
     let state = sqlx::query!(
@@ -396,43 +407,6 @@ pub async fn held(pool: &PgPool, fence: Fence) -> Result<bool, DbError> {
     .fetch_optional(pool)
     .await?;
     Ok(row.is_some())
-}
-
-/// Cancel the latest job of a task unless it is over, with its `cancelled` event, in one
-/// statement. Returns the job, or `None` when there is nothing to cancel. A worker still
-/// running it is fenced: its next write matches nothing.
-pub async fn cancel(
-    pool: &PgPool,
-    task_id: TaskId,
-    reason: &str,
-) -> Result<Option<JobId>, DbError> {
-    let row = sqlx::query!(
-        r#"
-        WITH j AS (
-            UPDATE jobs
-               SET status = 'cancelled', wait_reason = NULL, lease_expires_at = NULL,
-                   finished_at = now(), last_job_seq = last_job_seq + 1, updated_at = now()
-             WHERE id = (SELECT id FROM jobs WHERE task_id = $1 ORDER BY job_no DESC LIMIT 1)
-               AND status NOT IN ('succeeded', 'failed', 'cancelled')
-         RETURNING id, task_id, attempt, last_job_seq
-        ), t AS (
-            UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
-              FROM j WHERE tasks.id = j.task_id
-         RETURNING tasks.id, tasks.last_seq
-        ), e AS (
-            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
-            SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
-                   jsonb_build_object('status', 'cancelled', 'attempt', j.attempt, 'reason', $2::text)
-              FROM j, t
-        )
-        SELECT j.id FROM j
-        "#,
-        task_id.0,
-        reason
-    )
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(|r| JobId(r.id)))
 }
 
 /// The latest job of a task: its id, status and wait reason.

@@ -9,6 +9,7 @@ pub mod events;
 pub mod jobs;
 pub mod operations;
 pub mod outbox;
+pub mod subtasks;
 pub mod tasks;
 pub mod webhooks;
 

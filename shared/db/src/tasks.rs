@@ -37,6 +37,9 @@ pub struct TaskView {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub latest_job: Option<JobView>,
+    /// The task that delegated this one (a subtask), and how deep below the top it is.
+    pub parent_task_id: Option<TaskId>,
+    pub depth: i32,
 }
 
 /// The state of a job as the API shows it.
@@ -136,6 +139,8 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskView>
             started_at: None,
             finished_at: None,
         }),
+        parent_task_id: None,
+        depth: 0,
     }))
 }
 
@@ -192,7 +197,7 @@ async fn query_views(
     let rows = sqlx::query!(
         r#"
         SELECT t.id, t.instruction, t.piece, t.model, t.created_at, t.updated_at,
-               j.id AS "job_id?", j.job_no AS "job_no?", j.status AS "status?",
+               t.parent_task_id, t.depth, j.id AS "job_id?", j.job_no AS "job_no?", j.status AS "status?",
                j.wait_reason, j.attempt AS "attempt?", j.max_attempts AS "max_attempts?",
                j.next_retry_at, j.result, j.error, j.created_at AS "job_created_at?",
                j.started_at, j.finished_at
@@ -257,6 +262,8 @@ async fn query_views(
                 created_at: r.created_at,
                 updated_at: r.updated_at,
                 latest_job,
+                parent_task_id: r.parent_task_id.map(TaskId),
+                depth: r.depth,
             })
         })
         .collect()

@@ -101,7 +101,9 @@ impl FromStr for JobStatus {
     }
 }
 
-/// Why a job waits for a human (`waiting_human`).
+/// What a paused job waits for: why it waits for a human (`waiting_human`, the job's
+/// `wait_reason`), or `Subtask`, the kind of the items a `waiting_subtasks` job waits for (one
+/// per child task; such a job has no `wait_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitReason {
@@ -111,17 +113,24 @@ pub enum WaitReason {
     McpAuthRequired,
     Browser,
     SideEffectUnknown,
+    Subtask,
 }
 
 impl WaitReason {
-    pub const ALL: [WaitReason; 6] = [
+    pub const ALL: [WaitReason; 7] = [
         WaitReason::Ask,
         WaitReason::ToolRequest,
         WaitReason::PackageRequest,
         WaitReason::McpAuthRequired,
         WaitReason::Browser,
         WaitReason::SideEffectUnknown,
+        WaitReason::Subtask,
     ];
+
+    /// Whether a person answers it (every kind but `Subtask`, which a child task answers).
+    pub fn is_human(self) -> bool {
+        self != WaitReason::Subtask
+    }
 
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|w| w.as_str() == s)
@@ -135,6 +144,7 @@ impl WaitReason {
             WaitReason::McpAuthRequired => "mcp_auth_required",
             WaitReason::Browser => "browser",
             WaitReason::SideEffectUnknown => "side_effect_unknown",
+            WaitReason::Subtask => "subtask",
         }
     }
 }

@@ -16,7 +16,8 @@ use crate::tools::{builtin_tools, edits_files};
 #[serde(deny_unknown_fields)]
 pub struct ToolPolicy {
     /// Tool names allowed; `*` allows every built-in tool, `mcp__<server>__*` every tool of
-    /// an MCP server.
+    /// an MCP server. `delegate` (subtasks) is allowed only when named: each subtask is a
+    /// sub-agent with LLM calls of its own.
     #[serde(default = "everything")]
     pub allowed_tools: Vec<String>,
     /// Whether tools may change files (`write_file`, `edit_file`, `shell`).

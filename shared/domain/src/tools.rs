@@ -272,6 +272,30 @@ pub fn human_tools() -> Vec<ToolSpec> {
     ]
 }
 
+/// The tool that starts a subtask (handled by the worker: a child task with its own job, in
+/// the same workspace; the movement waits until every subtask it started is over, then each
+/// `delegate` call is answered with its child's result).
+pub const DELEGATE: &str = "delegate";
+
+/// The `delegate` tool, choosing among `pieces` (the catalog's, by name).
+pub fn delegate_tool(pieces: &[String]) -> ToolSpec {
+    spec(
+        DELEGATE,
+        "Hand a self-contained part of the task to a sub-agent. It works in the same workspace \
+         with its own conversation (it sees only the instruction you give it). Several \
+         `delegate` calls in one reply run in parallel; you continue once all of them are done, \
+         with each one's result as the result of its call.",
+        object(
+            json!({
+                "instruction": {"type": "string", "description": "Everything the sub-agent needs to know: the goal, the files, what to report back."},
+                "piece": {"type": "string", "enum": pieces, "description": "The workflow it follows; omit for the default."}
+            }),
+            &["instruction"],
+        ),
+        Idempotency::SideEffecting,
+    )
+}
+
 /// Whether `name` (and `version`, when given) name a package of `manager` from its registry and
 /// nothing else: no option, path, URL, archive file or git shorthand can pass. Checked by the
 /// worker before a request is shown to a person and again by the installer.

@@ -74,3 +74,25 @@ pub async fn wake_outbox(nats: &async_nats::Client, subjects: &crate::Subjects) 
         tracing::debug!(error = %e, "cannot wake the outbox relay; it will poll");
     }
 }
+
+/// Tell the scheduler's subtask join that a child task's job may be over, or that a parent
+/// began to wait (a core NATS message, fire and forget). A lost wake-up costs latency only:
+/// the join also runs on a timer.
+pub async fn wake_joiner(nats: &async_nats::Client, subjects: &crate::Subjects) {
+    if let Err(e) = nats
+        .publish(subjects.subtasks_wake(), bytes::Bytes::new())
+        .await
+    {
+        tracing::debug!(error = %e, "cannot wake the subtask join; it will poll");
+    }
+}
+
+/// Dispatch a job to the workers of `profile` (de-duplicated by its dispatch id).
+pub async fn dispatch_job(
+    js: &jetstream::Context,
+    subjects: &crate::Subjects,
+    profile: &str,
+    dispatch: &crate::payloads::JobDispatch,
+) -> Result<(), PublishError> {
+    publish_json(js, subjects.dispatch(profile), &dispatch.message_id(), dispatch).await
+}

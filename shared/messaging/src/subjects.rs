@@ -7,6 +7,7 @@
 //! | `<p>.jobs.dispatch.<profile>` | job dispatch (work queue, stream `<P>_JOBS`) |
 //! | `<p>.jobs.<job_id>.control` | interject/cancel wake-ups for a running job (core NATS) |
 //! | `<p>.outbox.wake` | a writer committed outbox rows: the relay drains (core NATS) |
+//! | `<p>.subtasks.wake` | a child's job may be over: the subtask join runs (core NATS) |
 //! | `<p>.events.<task_id>.<kind>` | persisted events, from the outbox (stream `<P>_EVENTS`) |
 //! | `<p>.deltas.<task_id>.<job_id>.<after_seq>` | live message fragments (stream `<P>_DELTAS`, short retention) |
 //! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
@@ -114,6 +115,12 @@ impl Subjects {
     /// `<p>.outbox.wake` (core NATS): a writer committed outbox rows; the relay drains now.
     pub fn outbox_wake(&self) -> String {
         format!("{}.outbox.wake", self.prefix)
+    }
+
+    /// `<p>.subtasks.wake` (core NATS): a child task's job may be over, or a parent began to
+    /// wait; the scheduler's subtask join runs now.
+    pub fn subtasks_wake(&self) -> String {
+        format!("{}.subtasks.wake", self.prefix)
     }
 
     /// `<p>.tools.cancel`: `{"job_id": ...}` stops every tool call of the job.

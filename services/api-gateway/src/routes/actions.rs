@@ -198,6 +198,14 @@ async fn decide_kinds(
         (WaitReason::Browser, _) => {
             return Err(ApiError::NotFound("required action"));
         }
+        (WaitReason::Subtask, _) => {
+            return Err(ApiError::Conflict {
+                code: "decided_by_the_subtask",
+                message: "a subtask item is resolved when its subtask is over; to end it now, \
+                          cancel the subtask (POST /api/local/tasks/{subtask_id}/cancel)"
+                    .to_owned(),
+            });
+        }
     };
     // Kinds without arguments (side effects) have no hash to compare.
     if let Some(seen) = &body.arguments_hash

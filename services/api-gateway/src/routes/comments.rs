@@ -167,7 +167,8 @@ pub async fn list(
 }
 
 /// `POST /api/local/tasks/{id}/cancel`: the latest job ends `cancelled` at once, whether a
-/// worker runs it or not; a running worker is told to stop, and its tool processes are killed.
+/// worker runs it or not, and so does the latest job of every task below it (its subtasks,
+/// theirs...); a running worker is told to stop, and its tool processes are killed.
 pub async fn cancel(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -178,23 +179,29 @@ pub async fn cancel(
         return Err(ApiError::NotFound("task"));
     }
     let reason = format!("cancelled by {owner}");
-    let Some(job_id) = maestro_db::jobs::cancel(&state.pool, task_id, &reason).await? else {
+    let cancelled = maestro_db::subtasks::cancel_tree(&state.pool, task_id, &reason).await?;
+    if cancelled.is_empty() {
         return Err(ApiError::Conflict {
             code: "nothing_to_cancel",
             message: "the task has no job that is not over".to_owned(),
         });
-    };
-    tracing::info!(%task_id, %job_id, "job cancelled");
+    }
     maestro_messaging::publish::wake_outbox(&state.nats, &state.subjects).await;
-    signal(&state, job_id, JobControl::Cancel).await;
-    let payload =
-        Bytes::from(serde_json::to_vec(&serde_json::json!({"job_id": job_id})).unwrap_or_default());
-    if let Err(e) = state
-        .nats
-        .publish(state.subjects.tools_cancel(), payload)
-        .await
-    {
-        tracing::warn!(error = %e, "cannot tell the tool-runners to stop the job's tools");
+    // A cancelled subtask is over: a parent waiting for it goes on.
+    maestro_messaging::publish::wake_joiner(&state.nats, &state.subjects).await;
+    for job in &cancelled {
+        tracing::info!(task_id = %job.task_id, job_id = %job.job_id, "job cancelled");
+        signal(&state, job.job_id, JobControl::Cancel).await;
+        let payload = Bytes::from(
+            serde_json::to_vec(&serde_json::json!({"job_id": job.job_id})).unwrap_or_default(),
+        );
+        if let Err(e) = state
+            .nats
+            .publish(state.subjects.tools_cancel(), payload)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot tell the tool-runners to stop the job's tools");
+        }
     }
     let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
         .await?

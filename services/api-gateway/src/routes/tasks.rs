@@ -310,6 +310,28 @@ pub struct EventPage {
     next_after: i64,
 }
 
+/// The subtasks a task started.
+#[derive(Debug, Serialize)]
+pub struct SubtaskList {
+    pub subtasks: Vec<maestro_db::subtasks::Child>,
+}
+
+/// `GET /api/local/tasks/{id}/subtasks`: the tasks this task delegated (oldest first), each
+/// with its latest job's status, result and error.
+pub async fn subtasks(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SubtaskList>, ApiError> {
+    let id: TaskId = parse_id(&id, "task")?;
+    if !maestro_db::tasks::exists(&state.pool, &owner, id).await? {
+        return Err(ApiError::NotFound("task"));
+    }
+    Ok(Json(SubtaskList {
+        subtasks: maestro_db::subtasks::children(&state.pool, id).await?,
+    }))
+}
+
 /// `GET /api/local/tasks/{id}/events?after=SEQ&limit=`: persisted events with `seq > after`.
 pub async fn events(
     State(state): State<AppState>,

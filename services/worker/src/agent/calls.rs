@@ -58,6 +58,8 @@ impl JobRun<'_> {
         let (finals, regular): (Vec<ToolCall>, Vec<ToolCall>) = calls
             .into_iter()
             .partition(|c| c.name() == tools::COMPLETE || c.name() == tools::TRANSITION);
+        let delegated = regular.iter().any(|c| c.name() == tools::DELEGATE);
+        self.turn_delegates = 0;
         if !regular.is_empty() {
             // What the model asked for is durable before anything touches the world. Calls that
             // only read (and need nobody's approval) touch nothing: their message is committed
@@ -106,6 +108,7 @@ impl JobRun<'_> {
                         kind: WaitReason::SideEffectUnknown,
                         movement: self.place.movement.clone(),
                         source_seq: None,
+                        subtask: None,
                         detail: serde_json::json!({
                             "operation_id": operation_id,
                             "tool": tool,
@@ -121,8 +124,23 @@ impl JobRun<'_> {
                 Some(CallError::Job(e)) => return Err(e),
             }
         }
-        if let Some(end) = self.run_finals(finals).await? {
+        if delegated {
+            // Finishing in the reply that delegates would finish before reading what the
+            // subtasks found (the seed's "complete with pending children waits for them").
+            let note = "Error: not done yet: read the results of your subtasks (above), then \
+                        call it again";
+            for call in &finals {
+                self.record_result(call, note.to_owned(), true);
+            }
+        } else if let Some(end) = self.run_finals(finals).await? {
             return Ok(Some(end));
+        }
+        if !self.subtasks_answered.is_empty() {
+            let answered = std::mem::take(&mut self.subtasks_answered);
+            let notice = super::subtasks::resume_notice(&answered, &self.place.movement);
+            self.record(maestro_domain::MessageEvent::plain(maestro_domain::Message::user(
+                notice,
+            )));
         }
         self.commit(None).await?;
         Ok(None)
@@ -246,7 +264,8 @@ impl JobRun<'_> {
         }
         let settings = &self.shared.settings;
         let request = ToolExecRequest {
-            task_id: self.claim.task_id,
+            // Subtasks work in their top task's workspace.
+            task_id: self.claim.workspace_id,
             job_id: self.claim.job_id,
             call_id: call.id.clone(),
             operation_id: operation_id.clone(),

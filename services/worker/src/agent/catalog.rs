@@ -1,7 +1,9 @@
 //! The tools a job offers the model: the built-ins, the tools of the workspace's MCP servers
 //! (listed once through a tool-runner and kept for the life of the worker, so the `tools`
 //! array has the same bytes in every request), `ask` and `request_package` (answered through
-//! a person), the piece's `transition` (when it has targets) and `complete`, in that order — the same bytes for every request of a piece.
+//! a person), `delegate` (when the policy allows it and the task is not at the deepest
+//! subtask level), the piece's `transition` (when it has targets) and `complete`, in that
+//! order — the same bytes for every request of a task's piece.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,12 +22,21 @@ use crate::tool_client;
 pub(super) async fn tools(
     shared: &Shared,
     piece: &Piece,
-    owner: &str,
+    claim: &Claimed,
     tokens: &BTreeMap<String, String>,
 ) -> Vec<ToolSpec> {
     let mut tools = tools::builtin_tools();
-    tools.extend(mcp_tools(shared, owner, tokens).await);
+    tools.extend(mcp_tools(shared, &claim.owner, tokens).await);
     tools.extend(tools::human_tools());
+    if claim.depth < shared.settings.max_subtask_depth
+        && shared
+            .policy
+            .refusal(tools::DELEGATE, &serde_json::json!({}), &claim.grants)
+            .is_none()
+    {
+        let pieces: Vec<String> = shared.catalog.pieces().map(|p| p.name.clone()).collect();
+        tools.push(tools::delegate_tool(&pieces));
+    }
     let targets = piece.targets();
     if !targets.is_empty() {
         tools.push(tools::transition_tool(&targets));
@@ -44,7 +55,7 @@ pub(super) async fn workspace_context(shared: &Shared, claim: &Claimed) -> Works
         return WorkspaceContext::default();
     }
     let request = ToolExecRequest {
-        task_id: claim.task_id,
+        task_id: claim.workspace_id,
         job_id: claim.job_id,
         call_id: "workspace_context".to_owned(),
         operation_id: format!("{}/workspace_context", claim.job_id),

@@ -28,6 +28,8 @@ pub(super) async fn settle_failed(
     });
     jobs::append(&shared.pool, fence, &[change], Some(&transition)).await??;
     maestro_messaging::publish::wake_outbox(&shared.nats, &shared.subjects).await;
+    // It may be a subtask whose parent waits for it.
+    maestro_messaging::publish::wake_joiner(&shared.nats, &shared.subjects).await;
     Ok(JobEnd::Failed(error))
 }
 
@@ -162,16 +164,18 @@ impl JobRun<'_> {
         Ok(JobEnd::Released)
     }
 
-    /// Pause for a person (`waiting_human` for `wait`), saying why, until every one of `items`
-    /// is answered. The items are recorded first (idempotently: a worker that dies before the
-    /// pause commits records the same ones again), then the pause commits with their summary.
+    /// Pause for a person (`waiting_human` for `wait`) or for subtasks (`waiting_subtasks`
+    /// when `wait` is `Subtask`), saying why, until every one of `items` is answered. The
+    /// items are recorded first (idempotently: a worker that dies before the pause commits
+    /// records the same ones again), then the pause commits with their summary.
     pub(super) async fn pause(
         &mut self,
         wait: WaitReason,
         reason: String,
         items: Vec<NewAction>,
     ) -> Result<JobEnd, JobError> {
-        tracing::warn!(%reason, %wait, items = items.len(), "pausing the job for a person");
+        tracing::warn!(%reason, %wait, items = items.len(), "pausing the job");
+        let subtasks = items.iter().any(|i| i.kind == WaitReason::Subtask);
         let recorded = actions::record(&self.shared.pool, self.claim.task_id, self.fence, &items)
             .await?
             .ok_or(jobs::Fenced(self.fence.job_id))?;
@@ -179,27 +183,37 @@ impl JobRun<'_> {
             .into_iter()
             .filter(|a| a.status == "pending")
             .collect();
-        if recorded.is_empty() {
+        if recorded.is_empty() && wait != WaitReason::Subtask {
             // Every item is decided already (a provider reusing call ids could do this): a
             // pause would wait for nothing, so fail closed instead.
             let error = format!("a pause for {wait} found nothing left to wait for: {reason}");
             return self.fail(error).await;
         }
+        // Children that are over already (fast ones) are not waited for; with none left, the
+        // join queues the job again at once.
         let summaries: Vec<serde_json::Value> = recorded.iter().map(|a| a.summary()).collect();
-        let transition = Transition {
-            wait_reason: Some(wait),
-            ..Transition::to(JobStatus::WaitingHuman)
+        let (status, wait_reason) = if wait.is_human() {
+            (JobStatus::WaitingHuman, Some(wait))
+        } else {
+            (JobStatus::WaitingSubtasks, None)
         };
-        self.unsaved.push(state_event(
-            JobStatus::WaitingHuman,
-            self.fence.attempt,
-            |c| {
-                c.wait_reason = Some(wait);
+        let transition = Transition {
+            wait_reason,
+            ..Transition::to(status)
+        };
+        self.unsaved
+            .push(state_event(status, self.fence.attempt, |c| {
+                c.wait_reason = wait_reason;
                 c.reason = Some(reason);
                 c.required_actions = summaries;
-            },
-        ));
+            }));
         self.commit(Some(transition)).await?;
+        if subtasks {
+            // A child that ended while this pause was being committed found no waiting job to
+            // queue: the join looks again now.
+            maestro_messaging::publish::wake_joiner(&self.shared.nats, &self.shared.subjects)
+                .await;
+        }
         Ok(JobEnd::Paused)
     }
 }

@@ -143,6 +143,7 @@ impl JobRun<'_> {
                     movement: self.place.movement.clone(),
                     source_seq: None,
                     detail: serde_json::json!({"question": result}),
+                    subtask: None,
                 };
                 let reason = format!("the agent asks: {result}");
                 self.pause(WaitReason::Ask, reason, vec![item])

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use maestro_db::actions::{self, Action, Decided, Decision, NewAction};
 use maestro_db::jobs::Claimed;
-use maestro_domain::tools::{self, ASK, REQUEST_PACKAGE};
+use maestro_domain::tools::{self, ASK, DELEGATE, REQUEST_PACKAGE};
 use maestro_domain::{Owner, ToolCall, WaitReason};
 use serde_json::{Value, json};
 
@@ -46,6 +46,7 @@ impl JobRun<'_> {
         Ok(match call.name() {
             ASK => self.gate_ask(call, &arguments),
             REQUEST_PACKAGE => self.gate_package(call, &arguments).await?,
+            DELEGATE if self.spec(call).is_some() => self.gate_delegate(call, &arguments).await?,
             _ => self.gate_tool(call, &arguments).await?,
         })
     }
@@ -160,6 +161,7 @@ impl JobRun<'_> {
             movement: self.place.movement.clone(),
             source_seq: None,
             detail,
+            subtask: None,
         }
     }
 
@@ -172,7 +174,9 @@ impl JobRun<'_> {
     }
 
     /// Pause for the parked calls of a turn: one item each. An `ask` waits alone: next to
-    /// approvals it is answered with an error (the model may ask again once they are decided).
+    /// approvals or subtasks it is answered with an error (the model may ask again once they
+    /// are done). The job waits for a person when any item is a person's (`waiting_human`),
+    /// else for its subtasks (`waiting_subtasks`).
     pub(super) async fn pause_for_calls(
         &mut self,
         parked: Vec<(ToolCall, NewAction)>,
@@ -184,21 +188,22 @@ impl JobRun<'_> {
             asks.into_iter().take(1).map(|(_, item)| item).collect()
         } else {
             for (call, _) in &asks {
-                let error = "Error: ask once the pending approvals are decided".to_owned();
+                let error = "Error: ask once the pending approvals and subtasks are done".to_owned();
                 self.record_result(call, error, true);
             }
             decisions.into_iter().map(|(_, item)| item).collect()
         };
-        let wait = items
-            .iter()
-            .map(|i| i.kind)
+        let kinds = || items.iter().map(|i| i.kind);
+        let wait = kinds()
             .find(|k| *k == WaitReason::ToolRequest)
-            .unwrap_or(items[0].kind);
+            .or_else(|| kinds().find(|k| k.is_human()))
+            .unwrap_or(WaitReason::Subtask);
         let reason = match wait {
             WaitReason::Ask => format!(
                 "the agent asks: {}",
                 items[0].detail["question"].as_str().unwrap_or_default()
             ),
+            WaitReason::Subtask => format!("waiting for {} subtask(s)", items.len()),
             _ => format!("{} call(s) wait for a person's decision", items.len()),
         };
         self.pause(wait, reason, items).await
@@ -228,6 +233,7 @@ impl JobRun<'_> {
                 movement: self.place.movement.clone(),
                 source_seq: None,
                 detail: json!({"server": server}),
+                subtask: None,
             })
             .collect();
         let reason = format!(

@@ -24,6 +24,7 @@ mod gate;
 pub mod guard;
 mod llm;
 pub mod router;
+mod subtasks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -75,7 +76,8 @@ pub enum JobEnd {
     Retry(Duration),
     /// Handed back (`queued`) because the worker is shutting down; dispatch again at once.
     Released,
-    /// Committed as `waiting_human`: a person must act before the job goes on.
+    /// Committed as `waiting_human` (a person must act before the job goes on) or
+    /// `waiting_subtasks` (its subtasks must be over).
     Paused,
     /// Another attempt holds the job now; this one stopped without writing.
     Fenced,
@@ -97,6 +99,8 @@ pub enum JobError {
 pub struct Shared {
     pub pool: PgPool,
     pub nats: async_nats::Client,
+    /// To dispatch the subtasks jobs start.
+    pub js: async_nats::jetstream::Context,
     pub subjects: Subjects,
     pub llm: LlmClient,
     pub settings: Arc<Settings>,
@@ -182,6 +186,10 @@ pub struct JobRun<'a> {
     delivering: Vec<uuid::Uuid>,
     last_interjection_check: Instant,
     waits: Waits,
+    /// `delegate` calls of the current reply that started (or found) a child.
+    turn_delegates: usize,
+    /// The subtask items whose results answered `delegate` calls since the last notice.
+    subtasks_answered: Vec<maestro_db::actions::Action>,
 }
 
 impl std::fmt::Debug for JobRun<'_> {
@@ -221,7 +229,7 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
     };
     let rebuilt = maestro_domain::transcript::rebuild(&history)?;
     let tokens = gate::mcp_tokens(shared, claim).await?;
-    let tools = catalog::tools(shared, piece, &claim.owner, &tokens).await;
+    let tools = catalog::tools(shared, piece, claim, &tokens).await;
     let mut run = JobRun::new(shared, claim, fence, delivery, piece, tools);
     run.mcp_tokens = tokens;
     if claim.attempt > 1 {
@@ -305,6 +313,8 @@ impl<'a> JobRun<'a> {
             delivering: Vec::new(),
             last_interjection_check: Instant::now(),
             waits: Waits::default(),
+            turn_delegates: 0,
+            subtasks_answered: Vec::new(),
         }
     }
 
@@ -545,6 +555,16 @@ impl<'a> JobRun<'a> {
             Ok(first) => {
                 maestro_messaging::publish::wake_outbox(&self.shared.nats, &self.shared.subjects)
                     .await;
+                if self.claim.parent_task_id.is_some()
+                    && transition.as_ref().is_some_and(|t| t.to.is_terminal())
+                {
+                    // A subtask is over: its parent may be waiting for it.
+                    maestro_messaging::publish::wake_joiner(
+                        &self.shared.nats,
+                        &self.shared.subjects,
+                    )
+                    .await;
+                }
                 self.last_seq = first + events.len() as i64 - 1;
                 self.deltas.committed(self.last_seq);
                 self.delivering.clear();

@@ -1,0 +1,405 @@
+//! Subtasks through the HTTP API, with the scripted LLM: `delegate` calls start child tasks
+//! that run in parallel in the parent's workspace; the parent waits (`waiting_subtasks`) and
+//! resumes with each child's result as the result of its call, then the subtask resume
+//! notice. A child's pause for a person shows on its parent; a comment to a waiting parent is
+//! an interjection; cancelling a parent cancels its children; the join survives a scheduler
+//! that was down while the children finished.
+
+use std::time::Duration;
+
+use maestro_testkit::{Service, Stack, StackOptions};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// Every built-in tool, and sub-agents.
+const POLICY: &str = r#"{"allowed_tools": ["*", "delegate"]}"#;
+
+struct Setup {
+    stack: Stack,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Setup {
+    let dir = tempfile::tempdir().expect("dir");
+    let policy = dir.path().join("policy.json");
+    std::fs::write(&policy, POLICY).expect("policy");
+    let mut options = StackOptions::new(scenarios)
+        .env("WORKSPACE_POLICY", policy.to_str().expect("utf-8"))
+        .env("MAX_SUBTASK_DEPTH", "1");
+    for (key, value) in env {
+        options = options.env(key, value);
+    }
+    Setup {
+        stack: Stack::spawn(options).await.expect("the stack starts"),
+        _dir: dir,
+    }
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({"name": name, "arguments": arguments})
+}
+
+fn turn(calls: &[Value]) -> Value {
+    json!({"tool_calls": calls})
+}
+
+fn delegate(instruction: &str) -> Value {
+    call("delegate", json!({"instruction": instruction}))
+}
+
+fn complete(result: &str) -> Value {
+    turn(&[call("complete", json!({"result": result}))])
+}
+
+async fn start(stack: &Stack, instruction: &str) -> String {
+    let task = stack
+        .create_task(json!({"instruction": instruction, "piece": "chat"}))
+        .await
+        .expect("task");
+    task["id"].as_str().expect("id").to_owned()
+}
+
+async fn wait(stack: &Stack, id: &str, statuses: &[&str]) -> Value {
+    stack
+        .wait_for_status(id, statuses, Duration::from_secs(60))
+        .await
+        .expect("the job gets there")
+}
+
+async fn get(stack: &Stack, path: &str) -> Value {
+    let (status, body) = stack.api(Method::GET, path, None).await.expect("get");
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+async fn subtasks(stack: &Stack, id: &str) -> Vec<Value> {
+    let body = get(stack, &format!("/api/local/tasks/{id}/subtasks")).await;
+    body["subtasks"].as_array().cloned().expect("subtasks")
+}
+
+/// Wait until the task has `n` subtasks.
+async fn children(stack: &Stack, id: &str, n: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let children = subtasks(stack, id).await;
+        if children.len() >= n {
+            return children;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{id} has {children:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The LLM requests made for one scenario.
+async fn requests_of(stack: &Stack, scenario: &str) -> Vec<Value> {
+    let requests = stack.llm.requests().await.expect("requests");
+    requests
+        .into_iter()
+        .filter(|r| r["scenario"] == scenario)
+        .collect()
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["body"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+fn messages(request: &Value) -> Vec<Value> {
+    request["body"]["messages"]
+        .as_array()
+        .cloned()
+        .expect("messages")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
+    let scenarios = json!({"scenarios": [
+        {"name": "parent", "match": "PARENT-WORK", "turns": [
+            turn(&[
+                delegate("CHILD-A: write a.txt"),
+                delegate("CHILD-B: give up"),
+                // Finishing in the reply that delegates is refused: the results come first.
+                call("complete", json!({"result": "too early"})),
+            ]),
+            turn(&[call("read_file", json!({"path": "a.txt"}))]),
+            complete("parent done"),
+        ]},
+        {"name": "child-a", "match": "CHILD-A", "turns": [
+            json!({"delay_ms": 1500, "tool_calls": [
+                call("write_file", json!({"path": "a.txt", "content": "from a"}))
+            ]}),
+            complete("a wrote a.txt"),
+        ]},
+        {"name": "child-b", "match": "CHILD-B", "turns": [
+            json!({"delay_ms": 1500, "tool_calls": [
+                call("complete", json!({"result": "cannot", "status": "abort"}))
+            ]}),
+        ]},
+    ]});
+    let Setup { stack, _dir } = setup(scenarios, &[]).await;
+    let id = start(&stack, "PARENT-WORK: split the work").await;
+
+    let waiting = wait(&stack, &id, &["waiting_subtasks", "succeeded", "failed"]).await;
+    assert_eq!(waiting["latest_job"]["status"], "waiting_subtasks", "{waiting}");
+    assert_eq!(waiting["latest_job"]["wait_reason"], Value::Null);
+    let items = get(&stack, &format!("/api/local/tasks/{id}/required-actions")).await;
+    let items = items["required_actions"].as_array().cloned().expect("items");
+    assert_eq!(items.len(), 2, "one item per child: {items:?}");
+    assert!(items.iter().all(|i| i["kind"] == "subtask"), "{items:?}");
+    // Subtask items are not a person's to decide.
+    let rid = items[0]["id"].as_str().expect("id");
+    let path = format!("/api/local/tasks/{id}/required-actions/{rid}/decide");
+    let (status, body) = stack
+        .api(Method::POST, &path, Some(&json!({"decision": "approve"})))
+        .await
+        .expect("decide");
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "decided_by_the_subtask");
+
+    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
+    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    assert_eq!(done["latest_job"]["result"], "parent done");
+    assert_eq!(done["latest_job"]["job_no"], 1, "the same job resumed");
+
+    // The children: one level down, in the parent's workspace, run at the same time.
+    let children = subtasks(&stack, &id).await;
+    assert_eq!(children.len(), 2, "{children:?}");
+    let a = children
+        .iter()
+        .find(|c| c["instruction"] == "CHILD-A: write a.txt")
+        .expect("child a");
+    let b = children
+        .iter()
+        .find(|c| c["instruction"] == "CHILD-B: give up")
+        .expect("child b");
+    assert_eq!(a["status"], "succeeded");
+    assert_eq!(a["result"], "a wrote a.txt");
+    assert_eq!(b["status"], "failed");
+    assert_eq!(a["depth"], 1);
+    assert_eq!(a["piece"], "chat", "the default subtask piece");
+    assert_eq!(a["parent_job_id"], done["latest_job"]["id"]);
+    let a_id = a["id"].as_str().expect("id");
+    let b_id = b["id"].as_str().expect("id");
+    let a_task = stack.get_task(a_id).await.expect("child a");
+    let b_task = stack.get_task(b_id).await.expect("child b");
+    assert_eq!(a_task["parent_task_id"], json!(id));
+    assert_eq!(a_task["depth"], 1);
+    let span = |t: &Value| {
+        let at = |k: &str| {
+            chrono::DateTime::parse_from_rfc3339(t["latest_job"][k].as_str().expect(k))
+                .expect("time")
+        };
+        (at("started_at"), at("finished_at"))
+    };
+    let ((a_start, a_end), (b_start, b_end)) = (span(&a_task), span(&b_task));
+    assert!(
+        a_start < b_end && b_start < a_end,
+        "the subtasks ran at the same time: a {a_start}..{a_end}, b {b_start}..{b_end}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(stack.workspace(&id).join("a.txt")).expect("a.txt"),
+        "from a",
+        "the child wrote into its parent's workspace"
+    );
+
+    // What the parent's model saw when it resumed: each call answered by its child, the
+    // early `complete` refused, then the notice; and the child's file.
+    let parent = requests_of(&stack, "parent").await;
+    assert_eq!(parent.len(), 3, "{parent:?}");
+    let resumed = messages(&parent[1]);
+    let answer = |call_id: &str| {
+        resumed
+            .iter()
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_else(|| panic!("no answer to {call_id}"))
+            .to_owned()
+    };
+    assert_eq!(
+        answer("call_0_0"),
+        format!("Subtask {a_id} succeeded. Its result:\na wrote a.txt")
+    );
+    assert!(
+        answer("call_0_1").starts_with(&format!("Error: subtask {b_id} failed: aborted")),
+        "{}",
+        answer("call_0_1")
+    );
+    assert!(answer("call_0_2").starts_with("Error: not done yet"));
+    let notice = resumed.last().expect("a last message");
+    assert_eq!(notice["role"], "user");
+    assert!(
+        notice["content"]
+            .as_str()
+            .expect("text")
+            .starts_with("[Subtasks finished] The 2 subtask(s) you started are over: 1 succeeded, 1 failed"),
+        "{notice}"
+    );
+    let read = messages(&parent[2]);
+    let read = read.iter().rev().find(|m| m["role"] == "tool").expect("read");
+    assert_eq!(read["content"], "from a");
+    // The parent's conversation only grew (the prompt cache holds across the wait), and the
+    // tools stayed the same bytes.
+    let first = messages(&parent[0]);
+    assert_eq!(&resumed[..first.len()], &first[..]);
+    assert_eq!(parent[0]["raw_tools"], parent[2]["raw_tools"]);
+    assert!(tool_names(&parent[0]).contains(&"delegate".to_owned()));
+    // At MAX_SUBTASK_DEPTH the children are not offered `delegate`.
+    for child in requests_of(&stack, "child-a").await {
+        assert!(!tool_names(&child).contains(&"delegate".to_owned()));
+    }
+
+    // The parent's events: the wait with its items, then one decision per child.
+    let events = stack.events(&id).await.expect("events");
+    let wait_event = events
+        .iter()
+        .find(|e| e["kind"] == "job_state" && e["payload"]["status"] == "waiting_subtasks")
+        .expect("the wait");
+    let waited: Vec<&Value> = wait_event["payload"]["required_actions"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .collect();
+    assert_eq!(waited.len(), 2);
+    let decisions: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "decision" && e["payload"]["kind"] == "subtask")
+        .collect();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert!(
+        decisions.iter().any(|d| d["payload"]["resumed"] == true),
+        "the last one queued the parent again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_waiting_for_a_person_shows_on_its_parent_and_cancel_reaches_the_whole_tree() {
+    let scenarios = json!({"scenarios": [
+        // The child's follow-up job, once its question is answered.
+        {"name": "child-answered", "match": "The user answered", "turns": [complete("blue")]},
+        {"name": "parent", "match": "PARENT-ASKS", "turns": [
+            turn(&[delegate("CHILD-ASK: pick a colour")]),
+            complete("the colour is blue"),
+        ]},
+        {"name": "child", "match": "CHILD-ASK", "turns": [
+            turn(&[call("ask", json!({"question": "which colour?"}))]),
+        ]},
+        {"name": "slow-parent", "match": "SLOW-PARENT", "turns": [
+            turn(&[delegate("SLOW-CHILD: take your time")]),
+        ]},
+        {"name": "slow-child", "match": "SLOW-CHILD", "turns": [
+            json!({"delay_ms": 60000, "tool_calls": [call("complete", json!({"result": "late"}))]}),
+        ]},
+    ]});
+    let Setup { stack, _dir } = setup(scenarios, &[]).await;
+    let id = start(&stack, "PARENT-ASKS: ask through a child").await;
+    let child = children(&stack, &id, 1).await.remove(0);
+    let child_id = child["id"].as_str().expect("id").to_owned();
+    wait(&stack, &child_id, &["waiting_human"]).await;
+    wait(&stack, &id, &["waiting_subtasks"]).await;
+
+    // The parent lists everything it waits for: its subtask item and the child's question.
+    let items = get(&stack, &format!("/api/local/tasks/{id}/required-actions")).await;
+    let items = items["required_actions"].as_array().cloned().expect("items");
+    let kinds: Vec<(&str, &str)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["kind"].as_str().expect("kind"),
+                i["task_id"].as_str().expect("task"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [("subtask", id.as_str()), ("ask", child_id.as_str())],
+        "{items:?}"
+    );
+    assert_eq!(items[1]["question"], "which colour?");
+
+    // A comment to the waiting parent is an interjection, delivered when it resumes.
+    let path = format!("/api/local/tasks/{id}/comments");
+    let (status, body) = stack
+        .api(Method::POST, &path, Some(&json!({"body": "PS: keep it short"})))
+        .await
+        .expect("comment");
+    assert_eq!(status, 201, "{body}");
+    // The child's question is answered on the child; then the child finishes, and so does
+    // the parent.
+    let path = format!("/api/local/tasks/{child_id}/comments");
+    let (status, body) = stack
+        .api(Method::POST, &path, Some(&json!({"body": "blue"})))
+        .await
+        .expect("answer");
+    assert_eq!(status, 201, "{body}");
+    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
+    assert_eq!(done["latest_job"]["result"], "the colour is blue", "{done}");
+    let parent = requests_of(&stack, "parent").await;
+    let last = messages(parent.last().expect("request"));
+    assert!(
+        last.iter().any(|m| m["role"] == "user"
+            && m["content"].as_str().is_some_and(|c| c.contains("PS: keep it short"))),
+        "the interjection reached the parent: {last:?}"
+    );
+    assert!(
+        last.iter().any(|m| m["role"] == "tool"
+            && m["content"].as_str().is_some_and(|c| c.ends_with("Its result:\nblue"))),
+        "{last:?}"
+    );
+
+    // Cancelling a waiting parent cancels its running child.
+    let slow = start(&stack, "SLOW-PARENT: wait a long time").await;
+    let slow_child = children(&stack, &slow, 1).await.remove(0);
+    let slow_child = slow_child["id"].as_str().expect("id").to_owned();
+    wait(&stack, &slow, &["waiting_subtasks"]).await;
+    wait(&stack, &slow_child, &["running"]).await;
+    let path = format!("/api/local/tasks/{slow}/cancel");
+    let (status, body) = stack.api(Method::POST, &path, None).await.expect("cancel");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["latest_job"]["status"], "cancelled");
+    let child = stack.get_task(&slow_child).await.expect("child");
+    assert_eq!(child["latest_job"]["status"], "cancelled", "{child}");
+    let events = stack.events(&slow_child).await.expect("events");
+    let cancelled = events.last().expect("an event");
+    assert!(
+        cancelled["payload"]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("a task above it was cancelled"),
+        "{cancelled}"
+    );
+    let (status, _) = stack.api(Method::POST, &path, None).await.expect("cancel");
+    assert_eq!(status, 409, "nothing left to cancel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_join_happens_when_the_scheduler_comes_back() {
+    let scenarios = json!({"scenarios": [
+        {"name": "parent", "match": "PARENT-JOIN", "turns": [
+            turn(&[delegate("CHILD-QUICK: say hi")]),
+            complete("joined"),
+        ]},
+        {"name": "child", "match": "CHILD-QUICK", "turns": [complete("hi")]},
+    ]});
+    let Setup { mut stack, _dir } = setup(scenarios, &[]).await;
+    stack.kill("scheduler").await;
+    let id = start(&stack, "PARENT-JOIN: delegate once").await;
+    let child = children(&stack, &id, 1).await.remove(0);
+    let child_id = child["id"].as_str().expect("id").to_owned();
+    wait(&stack, &child_id, &["succeeded"]).await;
+    let waiting = wait(&stack, &id, &["waiting_subtasks"]).await;
+    assert_eq!(waiting["latest_job"]["status"], "waiting_subtasks");
+    // Nobody joins while the scheduler is down; once it is back, its first join does.
+    stack
+        .start(Service::Scheduler, "scheduler", &[])
+        .await
+        .expect("the scheduler starts again");
+    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
+    assert_eq!(done["latest_job"]["result"], "joined", "{done}");
+}
