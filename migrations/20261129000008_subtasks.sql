@@ -4,10 +4,13 @@
 
 -- A child task knows its parent (task and job), its depth below the top task, and the task
 -- whose workspace it works in (the top task's: delegates share their parent's files).
+-- `max_attempts` is the task's attempt limit per job as created (a job's own limit grows with
+-- every resume); children inherit it.
 ALTER TABLE tasks ADD COLUMN parent_task_id uuid REFERENCES tasks (id) ON DELETE CASCADE,
                   ADD COLUMN parent_job_id  uuid,
                   ADD COLUMN workspace_id   uuid,
-                  ADD COLUMN depth          integer NOT NULL DEFAULT 0;
+                  ADD COLUMN depth          integer NOT NULL DEFAULT 0,
+                  ADD COLUMN max_attempts   integer;
 CREATE INDEX tasks_by_parent ON tasks (parent_task_id) WHERE parent_task_id IS NOT NULL;
 
 -- A `subtask` item waits for one child task; it is `resolved` when the child's latest job is

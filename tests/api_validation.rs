@@ -176,11 +176,26 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
         .await
         .expect("sent");
     assert_eq!(bad_key.status(), 400, "an empty Idempotency-Key is refused");
+    let reserved = stack
+        .http
+        .post(stack.url(tasks))
+        .bearer_auth(&stack.token)
+        .header("idempotency-key", "subtask:anything")
+        .json(&json!({"instruction": "x"}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(
+        reserved.status(),
+        400,
+        "the keys of subtasks are not the client's"
+    );
 
     for path in [
         "/api/local/tasks/0190c0de-0000-7000-8000-000000000000".to_owned(),
         "/api/local/tasks/not-a-uuid".to_owned(),
         "/api/local/tasks/0190c0de-0000-7000-8000-000000000000/events".to_owned(),
+        "/api/local/tasks/0190c0de-0000-7000-8000-000000000000/subtasks".to_owned(),
         "/api/local/tasks/0190c0de-0000-7000-8000-000000000000/stream".to_owned(),
         "/api/nothing-here".to_owned(),
     ] {

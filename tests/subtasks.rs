@@ -147,10 +147,16 @@ async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
     let id = start(&stack, "PARENT-WORK: split the work").await;
 
     let waiting = wait(&stack, &id, &["waiting_subtasks", "succeeded", "failed"]).await;
-    assert_eq!(waiting["latest_job"]["status"], "waiting_subtasks", "{waiting}");
+    assert_eq!(
+        waiting["latest_job"]["status"], "waiting_subtasks",
+        "{waiting}"
+    );
     assert_eq!(waiting["latest_job"]["wait_reason"], Value::Null);
     let items = get(&stack, &format!("/api/local/tasks/{id}/required-actions")).await;
-    let items = items["required_actions"].as_array().cloned().expect("items");
+    let items = items["required_actions"]
+        .as_array()
+        .cloned()
+        .expect("items");
     assert_eq!(items.len(), 2, "one item per child: {items:?}");
     assert!(items.iter().all(|i| i["kind"] == "subtask"), "{items:?}");
     // Subtask items are not a person's to decide.
@@ -235,14 +241,17 @@ async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
     let notice = resumed.last().expect("a last message");
     assert_eq!(notice["role"], "user");
     assert!(
-        notice["content"]
-            .as_str()
-            .expect("text")
-            .starts_with("[Subtasks finished] The 2 subtask(s) you started are over: 1 succeeded, 1 failed"),
+        notice["content"].as_str().expect("text").starts_with(
+            "[Subtasks finished] The 2 subtask(s) you started are over: 1 succeeded, 1 failed"
+        ),
         "{notice}"
     );
     let read = messages(&parent[2]);
-    let read = read.iter().rev().find(|m| m["role"] == "tool").expect("read");
+    let read = read
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .expect("read");
     assert_eq!(read["content"], "from a");
     // The parent's conversation only grew (the prompt cache holds across the wait), and the
     // tools stayed the same bytes.
@@ -306,7 +315,10 @@ async fn a_child_waiting_for_a_person_shows_on_its_parent_and_cancel_reaches_the
 
     // The parent lists everything it waits for: its subtask item and the child's question.
     let items = get(&stack, &format!("/api/local/tasks/{id}/required-actions")).await;
-    let items = items["required_actions"].as_array().cloned().expect("items");
+    let items = items["required_actions"]
+        .as_array()
+        .cloned()
+        .expect("items");
     let kinds: Vec<(&str, &str)> = items
         .iter()
         .map(|i| {
@@ -326,7 +338,11 @@ async fn a_child_waiting_for_a_person_shows_on_its_parent_and_cancel_reaches_the
     // A comment to the waiting parent is an interjection, delivered when it resumes.
     let path = format!("/api/local/tasks/{id}/comments");
     let (status, body) = stack
-        .api(Method::POST, &path, Some(&json!({"body": "PS: keep it short"})))
+        .api(
+            Method::POST,
+            &path,
+            Some(&json!({"body": "PS: keep it short"})),
+        )
         .await
         .expect("comment");
     assert_eq!(status, 201, "{body}");
@@ -344,12 +360,16 @@ async fn a_child_waiting_for_a_person_shows_on_its_parent_and_cancel_reaches_the
     let last = messages(parent.last().expect("request"));
     assert!(
         last.iter().any(|m| m["role"] == "user"
-            && m["content"].as_str().is_some_and(|c| c.contains("PS: keep it short"))),
+            && m["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("PS: keep it short"))),
         "the interjection reached the parent: {last:?}"
     );
     assert!(
         last.iter().any(|m| m["role"] == "tool"
-            && m["content"].as_str().is_some_and(|c| c.ends_with("Its result:\nblue"))),
+            && m["content"]
+                .as_str()
+                .is_some_and(|c| c.ends_with("Its result:\nblue"))),
         "{last:?}"
     );
 
@@ -402,4 +422,176 @@ async fn the_join_happens_when_the_scheduler_comes_back() {
         .expect("the scheduler starts again");
     let done = wait(&stack, &id, &["succeeded", "failed"]).await;
     assert_eq!(done["latest_job"]["result"], "joined", "{done}");
+}
+
+/// The crash windows, on the database alone: a parent that dies after starting a child and
+/// is claimed again finds the same child; a stale claim starts nothing; a pause does not wait
+/// for a stale item left by a dead attempt; the join resolves and queues the parent in one go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_items() {
+    use maestro_db::actions::{self, NewAction};
+    use maestro_db::jobs::{self, Transition};
+    use maestro_db::subtasks::{self, NewSubtask, Parent};
+    use maestro_db::tasks::{self, NewTask};
+    use maestro_domain::{JobId, JobStatus, Owner, TaskId, WaitReason};
+
+    let db = maestro_testkit::TestDb::create().await.expect("db");
+    let pool = &db.pool;
+    let owner = Owner::parse("alice").expect("owner");
+    let (task_id, job_id) = (TaskId::new(), JobId::new());
+    let new = NewTask {
+        id: task_id,
+        job_id,
+        owner: &owner,
+        instruction: "split it",
+        piece: "chat",
+        start_movement: None,
+        model: None,
+        idempotency_key: None,
+        request_hash: "h",
+        profile: "default",
+        max_attempts: 3,
+    };
+    tasks::create(pool, &new)
+        .await
+        .expect("create")
+        .expect("new");
+    let lease = Duration::ZERO; // expires at once: the next claim takes over
+    let first = jobs::claim(pool, job_id, "w1", lease)
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let parent = |attempt: i32| Parent {
+        fence: jobs::Fence { job_id, attempt },
+        task_id,
+        owner: "alice",
+        model: None,
+        profile: "default",
+        max_attempts: first.task_max_attempts,
+        depth: 0,
+        workspace_id: first.workspace_id,
+    };
+    let call = NewSubtask {
+        key: "work/1/call_0_0",
+        instruction: "CHILD: do a part",
+        piece: "chat",
+    };
+    let started = subtasks::spawn(pool, &parent(1), &call)
+        .await
+        .expect("spawn")
+        .expect("held");
+    assert!(started.created);
+    // A stale MCP item of this attempt, never resolved (the worker died before its pause).
+    let stale = NewAction {
+        key: "mcp:docs".into(),
+        kind: WaitReason::McpAuthRequired,
+        movement: "work".into(),
+        source_seq: None,
+        detail: json!({"server": "docs"}),
+        subtask: None,
+    };
+    actions::record(pool, task_id, jobs::Fence { job_id, attempt: 1 }, &[stale])
+        .await
+        .expect("record")
+        .expect("held");
+
+    // The worker dies; another claims the job and reaches the same call.
+    let second = jobs::claim(pool, job_id, "w2", Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .expect("claimed again");
+    assert_eq!(second.attempt, 2);
+    assert_eq!(
+        subtasks::spawn(pool, &parent(1), &call)
+            .await
+            .expect("spawn"),
+        None,
+        "the stale attempt starts nothing"
+    );
+    let again = subtasks::spawn(pool, &parent(2), &call)
+        .await
+        .expect("spawn")
+        .expect("held");
+    assert_eq!((again.task_id, again.created), (started.task_id, false));
+    let child_job = again.job_id;
+    let item = NewAction {
+        key: call.key.into(),
+        kind: WaitReason::Subtask,
+        movement: "work".into(),
+        source_seq: None,
+        detail: json!({"subtask_id": again.task_id}),
+        subtask: Some(again.task_id),
+    };
+    let fence = jobs::Fence { job_id, attempt: 2 };
+    actions::record(pool, task_id, fence, &[item])
+        .await
+        .expect("record")
+        .expect("held");
+    let wait = Transition::to(JobStatus::WaitingSubtasks);
+    jobs::append(pool, fence, &[], Some(&wait))
+        .await
+        .expect("append")
+        .expect("held");
+    let items = actions::of_job(pool, job_id).await.expect("items");
+    let status = |key: &str| {
+        items
+            .iter()
+            .find(|a| a.key == key)
+            .map(|a| a.status.clone())
+            .expect("item")
+    };
+    assert_eq!(
+        status("mcp:docs"),
+        "resolved",
+        "the stale item is superseded"
+    );
+    assert_eq!(status("work/1/call_0_0"), "pending");
+
+    // Nothing to join while the child runs; once it is over, the parent is queued again.
+    assert!(subtasks::join(pool, 100).await.expect("join").is_empty());
+    let child = jobs::claim(pool, child_job, "w3", Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .expect("child claimed");
+    assert_eq!(child.parent_task_id, Some(task_id));
+    assert_eq!(child.depth, 1);
+    assert_eq!(
+        child.workspace_id, task_id,
+        "the child works in its parent's workspace"
+    );
+    assert_eq!(
+        child.task_max_attempts, 3,
+        "the task's limit, not the resumed job's"
+    );
+    let done = Transition {
+        result: Some("part done".into()),
+        ..Transition::to(JobStatus::Succeeded)
+    };
+    let child_fence = jobs::Fence {
+        job_id: child.job_id,
+        attempt: child.attempt,
+    };
+    jobs::append(pool, child_fence, &[], Some(&done))
+        .await
+        .expect("append")
+        .expect("held");
+    let resumed = subtasks::join(pool, 100).await.expect("join");
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(resumed[0].job_id, job_id);
+    assert!(
+        subtasks::join(pool, 100).await.expect("join").is_empty(),
+        "once"
+    );
+    let items = actions::of_job(pool, job_id).await.expect("items");
+    let decided = items.iter().find(|a| a.kind == "subtask").expect("item");
+    assert_eq!(decided.status, "resolved");
+    assert_eq!(
+        decided.decision.as_ref().expect("decision")["result"],
+        "part done"
+    );
+    let (_, status, _) = jobs::latest(pool, task_id)
+        .await
+        .expect("latest")
+        .expect("job");
+    assert_eq!(status, JobStatus::Queued);
 }

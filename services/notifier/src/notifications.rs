@@ -35,12 +35,13 @@ impl Handler for JobStateHandler {
             }
             Ok(EventBody::Decision(decided)) => {
                 // The job's state right after the decision.
-                let status = match (decided.kind, decided.resumed) {
-                    (maestro_domain::WaitReason::Ask, _) => JobStatus::Succeeded,
-                    (_, true) => JobStatus::Queued,
-                    (maestro_domain::WaitReason::Subtask, false) => JobStatus::WaitingSubtasks,
-                    (_, false) => JobStatus::WaitingHuman,
-                };
+                let status = decided
+                    .status
+                    .unwrap_or(match (decided.kind, decided.resumed) {
+                        (maestro_domain::WaitReason::Ask, _) => JobStatus::Succeeded,
+                        (_, true) => JobStatus::Queued,
+                        (_, false) => JobStatus::WaitingHuman,
+                    });
                 let change = maestro_domain::JobStateChange::new(status, 0);
                 let payload = serde_json::to_value(&decided).ok();
                 (NotificationType::TaskDecided, change, payload)

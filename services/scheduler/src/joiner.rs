@@ -27,9 +27,14 @@ impl Joiner {
     /// Join until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let subject = self.subjects.subtasks_wake();
-        crate::wake::run(&self.nats, subject, self.poll, shutdown, "subtask join", || {
-            self.once()
-        })
+        crate::wake::run(
+            &self.nats,
+            subject,
+            self.poll,
+            shutdown,
+            "subtask join",
+            || self.once(),
+        )
         .await;
     }
 
@@ -46,14 +51,18 @@ impl Joiner {
                 task_id: job.task_id,
                 attempt: job.attempt,
             };
-            maestro_messaging::publish::dispatch_job(
+            tracing::info!(job_id = %job.job_id, "every subtask is over: job queued again");
+            // A dispatch lost here is re-sent by the re-dispatcher (the job is `queued`).
+            if let Err(e) = maestro_messaging::publish::dispatch_job(
                 &self.js,
                 &self.subjects,
                 &job.profile,
                 &dispatch,
             )
-            .await?;
-            tracing::info!(job_id = %job.job_id, "every subtask is over: job queued again");
+            .await
+            {
+                tracing::warn!(error = %e, job_id = %job.job_id, "dispatch not published; the re-dispatcher will send it");
+            }
         }
         Ok(resumed.len())
     }

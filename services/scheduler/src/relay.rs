@@ -30,9 +30,14 @@ impl Relay {
     /// Relay until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let subject = self.subjects.outbox_wake();
-        crate::wake::run(&self.nats, subject, self.poll, shutdown, "outbox relay", || {
-            self.drain()
-        })
+        crate::wake::run(
+            &self.nats,
+            subject,
+            self.poll,
+            shutdown,
+            "outbox relay",
+            || self.drain(),
+        )
         .await;
     }
 

@@ -202,6 +202,7 @@ mod tests {
             parent_task_id: None,
             depth: 0,
             workspace_id: TaskId::new(),
+            task_max_attempts: 3,
         }
     }
 

@@ -93,7 +93,10 @@ macro_rules! action_from {
 /// Record the items a held job is about to pause for (fenced: `None` when `fence` no longer
 /// holds the job, and nothing is written). An item recorded before (same key) keeps its id
 /// and state — except an MCP login, which is pending again (the job found no token again).
-/// Returns them all, in the given order.
+/// Any other item of the job still `pending` is stale (a running job waits for nothing; a
+/// worker died between recording and pausing, and the job went another way): it is
+/// `resolved` as superseded, so the new pause does not wait for it. Returns the items, in
+/// the given order.
 pub async fn record(
     pool: &PgPool,
     task_id: TaskId,
@@ -144,6 +147,21 @@ pub async fn record(
             None => return Ok(None),
         }
     }
+    let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    sqlx::query!(
+        r#"
+        UPDATE required_actions
+           SET status = 'resolved', decided_at = now(),
+               decision = jsonb_build_object('decision', 'superseded', 'by', 'worker')
+         WHERE job_id = $1 AND status = 'pending' AND key <> ALL($2)
+           AND EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND attempt = $3 AND status = 'running')
+        "#,
+        fence.job_id.0,
+        &keys as &[&str],
+        fence.attempt,
+    )
+    .execute(pool)
+    .await?;
     Ok(Some(recorded))
 }
 
@@ -330,6 +348,13 @@ pub async fn decide(
     let resumed = remaining.people == 0 && remaining.children == 0;
     let kind = WaitReason::parse(&action.kind)
         .ok_or_else(|| DbError::Corrupt(format!("unknown action kind {:?}", action.kind)))?;
+    let status = if resumed {
+        JobStatus::Queued
+    } else if remaining.people == 0 {
+        JobStatus::WaitingSubtasks
+    } else {
+        JobStatus::WaitingHuman
+    };
     let mut events = vec![EventBody::Decision(DecisionEvent {
         action_id,
         kind,
@@ -338,6 +363,7 @@ pub async fn decide(
         scope: decision.scope.map(str::to_owned),
         note: decision.note.map(str::to_owned),
         resumed,
+        status: Some(status),
     })];
     if resumed {
         // Queued again; the next claim is a continuation, not another attempt at the work.
@@ -455,6 +481,7 @@ pub async fn answer(
             scope: None,
             note: None,
             resumed: true,
+            status: Some(JobStatus::Succeeded),
         }),
         EventBody::JobState(done),
     ];

@@ -47,6 +47,8 @@ pub struct Claimed {
     pub depth: i32,
     /// The task whose workspace this one works in (its own, or its top task's).
     pub workspace_id: TaskId,
+    /// The task's attempt limit per job as created (`max_attempts` grows with resumes).
+    pub task_max_attempts: i32,
 }
 
 /// Why a job could not be claimed.
@@ -90,7 +92,8 @@ pub async fn claim(
               FROM j WHERE tasks.id = j.task_id
          RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece,
                    tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
-                   COALESCE(tasks.workspace_id, tasks.id) AS workspace_id
+                   COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
+                   tasks.max_attempts AS task_max_attempts
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
@@ -101,6 +104,7 @@ pub async fn claim(
                j.resume_movement, j.resume_question, j.ask_count,
                t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model, t.start_movement,
                t.parent_task_id, t.depth, t.workspace_id AS "workspace_id!",
+               COALESCE(t.task_max_attempts, j.max_attempts) AS "task_max_attempts!",
                ARRAY(SELECT g.tool FROM task_grants g WHERE g.task_id = j.task_id ORDER BY g.tool)
                    AS "grants!"
           FROM j, t
@@ -133,6 +137,7 @@ pub async fn claim(
             parent_task_id: r.parent_task_id.map(TaskId),
             depth: r.depth,
             workspace_id: TaskId(r.workspace_id),
+            task_max_attempts: r.task_max_attempts,
         }));
     }
     let state = sqlx::query!(

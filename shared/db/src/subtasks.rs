@@ -19,6 +19,10 @@ use crate::DbError;
 use crate::jobs::Fence;
 use crate::tasks::parse_status;
 
+/// The start of the idempotency keys of subtasks (`subtask:<parent job>:<item key>`), which
+/// the API refuses in requests.
+pub const KEY_PREFIX: &str = "subtask:";
+
 /// The job starting a subtask, and what its children inherit.
 #[derive(Debug, Clone)]
 pub struct Parent<'a> {
@@ -27,6 +31,7 @@ pub struct Parent<'a> {
     pub owner: &'a str,
     pub model: Option<&'a str>,
     pub profile: &'a str,
+    /// The task's attempt limit per job (not its job's, which grows with every resume).
     pub max_attempts: i32,
     /// The parent's depth (0 for a task nobody delegated).
     pub depth: i32,
@@ -60,18 +65,21 @@ pub async fn spawn(
     parent: &Parent<'_>,
     new: &NewSubtask<'_>,
 ) -> Result<Option<Spawned>, DbError> {
-    let key = format!("subtask:{}:{}", parent.fence.job_id, new.key);
+    let key = format!("{KEY_PREFIX}{}:{}", parent.fence.job_id, new.key);
     let (task_id, job_id) = (Uuid::now_v7(), Uuid::now_v7());
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
     let row = sqlx::query!(
         r#"
         WITH held AS (
+            -- Shared lock: a cancel of the parent waits for this statement, and a spawn after
+            -- the cancel finds the parent no longer held.
             SELECT 1 AS one FROM jobs WHERE id = $1 AND attempt = $2 AND status = 'running'
+               FOR SHARE
         ), task AS (
             INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key,
                                request_hash, last_seq, job_count, parent_task_id, parent_job_id,
-                               workspace_id, depth)
-            SELECT $3, $4, $5, $6, $7, $8, 'subtask', 1, 1, $9, $1, $10, $11 FROM held
+                               workspace_id, depth, max_attempts)
+            SELECT $3, $4, $5, $6, $7, $8, 'subtask', 1, 1, $9, $1, $10, $11, $15 FROM held
             ON CONFLICT (owner, idempotency_key) DO NOTHING
             RETURNING id
         ), comment AS (
@@ -119,10 +127,11 @@ pub async fn spawn(
     let existing = sqlx::query!(
         r#"
         SELECT t.id, j.id AS job_id FROM tasks t JOIN jobs j ON j.task_id = t.id AND j.job_no = 1
-         WHERE t.owner = $1 AND t.idempotency_key = $2
+         WHERE t.owner = $1 AND t.idempotency_key = $2 AND t.parent_job_id = $3
         "#,
         parent.owner,
-        key
+        key,
+        parent.fence.job_id.0
     )
     .fetch_one(pool)
     .await?;
@@ -144,9 +153,9 @@ pub struct Resumed {
 
 /// Resolve the `subtask` items whose child is over (its latest job succeeded, failed or was
 /// cancelled: the child's status, result and error become the item's decision, with a
-/// `decision` event on the parent), then queue again every `waiting_subtasks` job with no
-/// item left pending (with its `queued` event), in one transaction. Safe to run at any time
-/// and from several schedulers at once.
+/// `decision` event on the parent unless the parent's job is over itself), then queue again
+/// every `waiting_subtasks` job with no item left pending (with its `queued` event), in one
+/// transaction. Safe to run at any time and from several schedulers at once.
 pub async fn join(pool: &PgPool, limit: i64) -> Result<Vec<Resumed>, DbError> {
     let mut tx = pool.begin().await?;
     let resolved = sqlx::query!(
@@ -166,8 +175,10 @@ pub async fn join(pool: &PgPool, limit: i64) -> Result<Vec<Resumed>, DbError> {
            SET status = 'resolved', decided_at = now(),
                decision = jsonb_build_object('decision', done.status, 'by', 'scheduler',
                                              'result', done.result, 'error', done.error)
-          FROM done WHERE a.id = done.id
-        RETURNING a.id, a.job_id, done.subtask_id AS "subtask_id!", done.status
+          FROM done, jobs p
+         WHERE a.id = done.id AND p.id = a.job_id
+        RETURNING a.id, a.job_id, done.subtask_id AS "subtask_id!", done.status,
+                  p.status AS parent_status
         "#,
         limit
     )
@@ -193,27 +204,39 @@ pub async fn join(pool: &PgPool, limit: i64) -> Result<Vec<Resumed>, DbError> {
             profile: r.profile,
         })
         .collect();
-    let mut jobs: Vec<JobId> = resolved.iter().map(|r| JobId(r.job_id)).collect();
+    // A parent that is over (cancelled with its tree) is told nothing more.
+    let mut jobs: Vec<JobId> = resolved
+        .iter()
+        .filter(|r| {
+            !matches!(
+                r.parent_status.as_str(),
+                "succeeded" | "failed" | "cancelled"
+            )
+        })
+        .map(|r| JobId(r.job_id))
+        .collect();
     jobs.extend(resumed.iter().map(|r| r.job_id));
     jobs.sort_by_key(|j| j.0);
     jobs.dedup();
     for job in jobs {
         let again = resumed.iter().find(|r| r.job_id == job);
-        let mut events: Vec<EventBody> = resolved
-            .iter()
-            .filter(|r| r.job_id == job.0)
-            .map(|r| {
-                EventBody::Decision(DecisionEvent {
-                    action_id: r.id,
-                    kind: WaitReason::Subtask,
-                    decision: r.status.clone(),
-                    by: "scheduler".to_owned(),
-                    scope: None,
-                    note: Some(format!("subtask {}", r.subtask_id)),
-                    resumed: again.is_some(),
-                })
-            })
-            .collect();
+        let mut events = Vec::new();
+        for r in resolved.iter().filter(|r| r.job_id == job.0) {
+            let status = match again {
+                Some(_) => JobStatus::Queued,
+                None => parse_status(&r.parent_status)?,
+            };
+            events.push(EventBody::Decision(DecisionEvent {
+                action_id: r.id,
+                kind: WaitReason::Subtask,
+                decision: r.status.clone(),
+                by: "scheduler".to_owned(),
+                scope: None,
+                note: Some(format!("subtask {}", r.subtask_id)),
+                resumed: again.is_some(),
+                status: Some(status),
+            }));
+        }
         if let Some(again) = again {
             let mut change = JobStateChange::new(JobStatus::Queued, again.attempt);
             change.reason = Some("every subtask the job waited for is over".to_owned());
@@ -280,9 +303,59 @@ pub struct Cancelled {
 }
 
 /// Cancel the latest job of a task and of every task below it (its subtasks, theirs...)
-/// unless it is over, each with its `cancelled` event, in one statement. Workers still
-/// running one are fenced: their next write matches nothing.
+/// unless it is over, each with its `cancelled` event. Workers still running one are fenced:
+/// their next write matches nothing. A child being started while the cancel runs is caught:
+/// the statement runs again until it finds nothing more (a start waits for, or is refused
+/// by, its parent's cancellation).
 pub async fn cancel_tree(
+    pool: &PgPool,
+    task_id: TaskId,
+    reason: &str,
+) -> Result<Vec<Cancelled>, DbError> {
+    let mut all = Vec::new();
+    for round in 0.. {
+        let cancelled = match cancel_tree_once(pool, task_id, reason).await {
+            Ok(cancelled) => cancelled,
+            // Locks taken in another order by a concurrent join: Postgres picked this one.
+            Err(DbError::Sqlx(sqlx::Error::Database(e)))
+                if e.code().as_deref() == Some("40P01") && round < 5 =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if cancelled.is_empty() {
+            break;
+        }
+        all.extend(cancelled);
+    }
+    Ok(all)
+}
+
+/// Cancel the children a job is waiting for (its pending `subtask` items) and their trees:
+/// the job failed, so nobody will read their results.
+pub async fn cancel_children(
+    pool: &PgPool,
+    job_id: JobId,
+    reason: &str,
+) -> Result<Vec<Cancelled>, DbError> {
+    let children = sqlx::query_scalar!(
+        r#"
+        SELECT subtask_id AS "subtask_id!" FROM required_actions
+         WHERE job_id = $1 AND kind = 'subtask' AND status = 'pending'
+        "#,
+        job_id.0
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut all = Vec::new();
+    for child in children {
+        all.extend(cancel_tree(pool, TaskId(child), reason).await?);
+    }
+    Ok(all)
+}
+
+async fn cancel_tree_once(
     pool: &PgPool,
     task_id: TaskId,
     reason: &str,

@@ -85,8 +85,8 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskView>
         r#"
         WITH task AS (
             INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key,
-                               request_hash, last_seq, job_count, start_movement)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1, $13)
+                               request_hash, last_seq, job_count, start_movement, max_attempts)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1, $13, $11)
             ON CONFLICT (owner, idempotency_key) DO NOTHING
             RETURNING id, created_at
         ), comment AS (

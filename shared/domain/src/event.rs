@@ -159,7 +159,8 @@ impl JobStateChange {
     }
 }
 
-/// A person answered or decided an item a paused job waits for.
+/// A person answered or decided an item a paused job waits for, or (`kind: subtask`, by the
+/// scheduler) a subtask the job waits for is over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionEvent {
     pub action_id: uuid::Uuid,
@@ -174,6 +175,9 @@ pub struct DecisionEvent {
     pub note: Option<String>,
     /// Whether this was the last pending item: the job was queued again.
     pub resumed: bool,
+    /// The job's state right after the decision (absent in events written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<crate::JobStatus>,
 }
 
 /// A complete message of the conversation (system, user or assistant). Streaming deltas of an

@@ -72,8 +72,12 @@ impl JobStatus {
             Running => true,
             Retry => matches!(next, Running | Cancelled | Failed | Queued),
             // WaitingHuman → Succeeded: an ASK answered by a follow-up job (the asking job did
-            // its part).
-            WaitingHuman => matches!(next, Queued | Cancelled | Failed | Succeeded),
+            // its part). WaitingHuman → WaitingSubtasks: every person's item is decided, and
+            // subtasks started in the same pause still run.
+            WaitingHuman => matches!(
+                next,
+                Queued | Cancelled | Failed | Succeeded | WaitingSubtasks
+            ),
             WaitingSubtasks => matches!(next, Queued | Cancelled | Failed),
             Succeeded | Failed | Cancelled => false,
         }
@@ -196,6 +200,13 @@ mod tests {
         assert!(Retry.can_become(Running));
         assert!(Running.can_become(WaitingHuman));
         assert!(WaitingHuman.can_become(Queued));
+        assert!(Running.can_become(WaitingSubtasks));
+        assert!(WaitingHuman.can_become(WaitingSubtasks));
+        assert!(WaitingSubtasks.can_become(Queued));
+        assert!(
+            !WaitingSubtasks.can_become(Running),
+            "the join queues it first"
+        );
         assert!(
             !Queued.can_become(Succeeded),
             "a job must run before it succeeds"

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::tools::{builtin_tools, edits_files};
+use crate::tools::{DELEGATE, builtin_tools, edits_files};
 
 /// What the tools of a workspace may do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,6 +157,13 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
 
 impl ToolPolicy {
     fn names(&self, tool: &str) -> bool {
+        if tool == DELEGATE {
+            // Sub-agents spend LLM calls of their own: only a policy that names them has them.
+            return self
+                .allowed_tools
+                .iter()
+                .any(|p| p != "*" && wildcard(p, tool));
+        }
         let builtin = builtin_tools().iter().any(|t| t.name == tool);
         self.allowed_tools
             .iter()
@@ -329,6 +336,20 @@ mod tests {
                 .is_some_and(|r| !r.approvable),
             "a grant does not lift it either"
         );
+    }
+
+    #[test]
+    fn delegate_is_allowed_only_by_name() {
+        let everything = ToolPolicy::default();
+        assert!(
+            everything
+                .refusal(crate::tools::DELEGATE, &json!({}), &[])
+                .is_some(),
+            "`*` does not start sub-agents"
+        );
+        let named: ToolPolicy =
+            serde_json::from_value(json!({"allowed_tools": ["*", "delegate"]})).expect("parse");
+        assert_eq!(named.refusal(crate::tools::DELEGATE, &json!({}), &[]), None);
     }
 
     #[test]

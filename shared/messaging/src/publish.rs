@@ -94,5 +94,29 @@ pub async fn dispatch_job(
     profile: &str,
     dispatch: &crate::payloads::JobDispatch,
 ) -> Result<(), PublishError> {
-    publish_json(js, subjects.dispatch(profile), &dispatch.message_id(), dispatch).await
+    publish_json(
+        js,
+        subjects.dispatch(profile),
+        &dispatch.message_id(),
+        dispatch,
+    )
+    .await
+}
+
+/// Tell whoever runs a cancelled job to stop (best effort, core NATS): its worker (the job's
+/// control subject) and the tool-runners (its running tool processes are killed). A worker
+/// that misses it is fenced at its next write anyway.
+pub async fn stop_cancelled_job(
+    nats: &async_nats::Client,
+    subjects: &crate::Subjects,
+    job_id: maestro_domain::JobId,
+) {
+    let control = serde_json::to_vec(&crate::payloads::JobControl::Cancel).unwrap_or_default();
+    if let Err(e) = nats.publish(subjects.control(job_id), control.into()).await {
+        tracing::warn!(error = %e, %job_id, "cannot signal the job's worker");
+    }
+    let tools = serde_json::to_vec(&serde_json::json!({"job_id": job_id})).unwrap_or_default();
+    if let Err(e) = nats.publish(subjects.tools_cancel(), tools.into()).await {
+        tracing::warn!(error = %e, "cannot tell the tool-runners to stop the job's tools");
+    }
 }

@@ -258,6 +258,9 @@ async fn settle(state: &AppState, decided: Decided) -> Result<(Action, bool), Ap
                     attempt,
                 };
                 super::tasks::dispatch(state, dispatch).await;
+            } else {
+                // The job may now wait for its subtasks alone, some of which may be over.
+                maestro_messaging::publish::wake_joiner(&state.nats, &state.subjects).await;
             }
             Ok((*action, resumed))
         }

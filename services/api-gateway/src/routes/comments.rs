@@ -191,17 +191,8 @@ pub async fn cancel(
     maestro_messaging::publish::wake_joiner(&state.nats, &state.subjects).await;
     for job in &cancelled {
         tracing::info!(task_id = %job.task_id, job_id = %job.job_id, "job cancelled");
-        signal(&state, job.job_id, JobControl::Cancel).await;
-        let payload = Bytes::from(
-            serde_json::to_vec(&serde_json::json!({"job_id": job.job_id})).unwrap_or_default(),
-        );
-        if let Err(e) = state
-            .nats
-            .publish(state.subjects.tools_cancel(), payload)
-            .await
-        {
-            tracing::warn!(error = %e, "cannot tell the tool-runners to stop the job's tools");
-        }
+        maestro_messaging::publish::stop_cancelled_job(&state.nats, &state.subjects, job.job_id)
+            .await;
     }
     let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
         .await?

@@ -125,6 +125,12 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
             "Idempotency-Key is 1 to 255 visible ASCII characters",
         ));
     }
+    if key.starts_with(maestro_db::subtasks::KEY_PREFIX) {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key may not start with `subtask:` (the keys of subtasks)",
+        ));
+    }
     Ok(Some(key.to_owned()))
 }
 

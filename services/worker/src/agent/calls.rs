@@ -58,8 +58,9 @@ impl JobRun<'_> {
         let (finals, regular): (Vec<ToolCall>, Vec<ToolCall>) = calls
             .into_iter()
             .partition(|c| c.name() == tools::COMPLETE || c.name() == tools::TRANSITION);
-        let delegated = regular.iter().any(|c| c.name() == tools::DELEGATE);
         self.turn_delegates = 0;
+        // Whether subtasks were started in this reply (now) or answered it (on resume).
+        let mut delegated = false;
         if !regular.is_empty() {
             // What the model asked for is durable before anything touches the world. Calls that
             // only read (and need nobody's approval) touch nothing: their message is committed
@@ -70,16 +71,23 @@ impl JobRun<'_> {
             }
             let mut runnable = Vec::with_capacity(regular.len());
             let mut parked = Vec::new();
+            let mut delegations = Vec::new();
             for call in regular {
                 match self.gate(&call).await? {
                     Gate::Run => runnable.push(call),
                     Gate::Park(item) => parked.push((call, item)),
                     Gate::Answer(content, is_error) => self.record_result(&call, content, is_error),
+                    Gate::Spawn(delegation) => delegations.push((call, delegation)),
                 }
             }
+            delegated = !delegations.is_empty() || !self.subtasks_answered.is_empty();
             let (results, stopped) = self.execute_all(&runnable).await;
             for (call, (content, is_error)) in runnable.iter().zip(results) {
                 self.record_result(call, content, is_error);
+            }
+            if stopped.is_none() && !delegations.is_empty() {
+                // After the reply's other calls: the children see what they changed.
+                parked.extend(self.start_subtasks(delegations).await?);
             }
             if stopped.is_none() && !parked.is_empty() {
                 // The calls that need nobody ran; the rest wait (and the finals with them).
@@ -138,9 +146,9 @@ impl JobRun<'_> {
         if !self.subtasks_answered.is_empty() {
             let answered = std::mem::take(&mut self.subtasks_answered);
             let notice = super::subtasks::resume_notice(&answered, &self.place.movement);
-            self.record(maestro_domain::MessageEvent::plain(maestro_domain::Message::user(
-                notice,
-            )));
+            self.record(maestro_domain::MessageEvent::plain(
+                maestro_domain::Message::user(notice),
+            ));
         }
         self.commit(None).await?;
         Ok(None)
@@ -198,9 +206,10 @@ impl JobRun<'_> {
 
     /// Keep a read-only result for the rest of the job; any other call may change the
     /// workspace, so it forgets everything kept.
+    /// A subtask keeps nothing: sibling subtasks change the workspace it shares with them.
     fn remember(&mut self, call: &ToolCall, result: &(String, bool)) {
         match self.spec(call).map(|s| s.idempotency) {
-            Some(Idempotency::ReadOnly) if !result.1 => {
+            Some(Idempotency::ReadOnly) if !result.1 && self.claim.parent_task_id.is_none() => {
                 self.cache.insert(cache_key(call), result.0.clone());
             }
             Some(Idempotency::ReadOnly) => {}

@@ -30,7 +30,30 @@ pub(super) async fn settle_failed(
     maestro_messaging::publish::wake_outbox(&shared.nats, &shared.subjects).await;
     // It may be a subtask whose parent waits for it.
     maestro_messaging::publish::wake_joiner(&shared.nats, &shared.subjects).await;
+    cancel_children(shared, fence.job_id).await;
     Ok(JobEnd::Failed(error))
+}
+
+/// A failed job's subtasks still running are cancelled (nobody will read their results). Best
+/// effort: the job's own end is committed already; a child left running only wastes work.
+async fn cancel_children(shared: &Shared, job_id: maestro_domain::JobId) {
+    let reason = "the job that started it failed";
+    match maestro_db::subtasks::cancel_children(&shared.pool, job_id, reason).await {
+        Ok(cancelled) if cancelled.is_empty() => {}
+        Ok(cancelled) => {
+            maestro_messaging::publish::wake_outbox(&shared.nats, &shared.subjects).await;
+            for job in cancelled {
+                tracing::info!(job_id = %job.job_id, "subtask cancelled: {reason}");
+                maestro_messaging::publish::stop_cancelled_job(
+                    &shared.nats,
+                    &shared.subjects,
+                    job.job_id,
+                )
+                .await;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot cancel the failed job's subtasks"),
+    }
 }
 
 fn state_event(
@@ -87,6 +110,7 @@ impl JobRun<'_> {
                 c.error = Some(error.clone())
             }));
         self.commit(Some(transition)).await?;
+        cancel_children(self.shared, self.fence.job_id).await;
         Ok(JobEnd::Failed(error))
     }
 
@@ -183,6 +207,22 @@ impl JobRun<'_> {
             .into_iter()
             .filter(|a| a.status == "pending")
             .collect();
+        // The job waits for a person while any person's item is pending (of the kind asked
+        // for, else the first such), else for its subtasks.
+        let pending_kinds: Vec<WaitReason> = recorded
+            .iter()
+            .filter_map(|a| WaitReason::parse(&a.kind))
+            .filter(|k| k.is_human())
+            .collect();
+        let wait = if pending_kinds.contains(&wait) {
+            wait
+        } else {
+            pending_kinds.first().copied().unwrap_or(if subtasks {
+                WaitReason::Subtask
+            } else {
+                wait
+            })
+        };
         if recorded.is_empty() && wait != WaitReason::Subtask {
             // Every item is decided already (a provider reusing call ids could do this): a
             // pause would wait for nothing, so fail closed instead.
@@ -211,8 +251,7 @@ impl JobRun<'_> {
         if subtasks {
             // A child that ended while this pause was being committed found no waiting job to
             // queue: the join looks again now.
-            maestro_messaging::publish::wake_joiner(&self.shared.nats, &self.shared.subjects)
-                .await;
+            maestro_messaging::publish::wake_joiner(&self.shared.nats, &self.shared.subjects).await;
         }
         Ok(JobEnd::Paused)
     }

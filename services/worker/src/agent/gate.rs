@@ -34,6 +34,8 @@ pub(super) enum Gate {
     Park(NewAction),
     /// Answered without running: `(content, is_error)`.
     Answer(String, bool),
+    /// A `delegate` call: its subtask starts once the turn's other calls have run.
+    Spawn(super::subtasks::Delegation),
 }
 
 impl JobRun<'_> {
@@ -46,7 +48,7 @@ impl JobRun<'_> {
         Ok(match call.name() {
             ASK => self.gate_ask(call, &arguments),
             REQUEST_PACKAGE => self.gate_package(call, &arguments).await?,
-            DELEGATE if self.spec(call).is_some() => self.gate_delegate(call, &arguments).await?,
+            DELEGATE if self.spec(call).is_some() => self.gate_delegate(call, &arguments),
             _ => self.gate_tool(call, &arguments).await?,
         })
     }
@@ -188,7 +190,8 @@ impl JobRun<'_> {
             asks.into_iter().take(1).map(|(_, item)| item).collect()
         } else {
             for (call, _) in &asks {
-                let error = "Error: ask once the pending approvals and subtasks are done".to_owned();
+                let error =
+                    "Error: ask once the pending approvals and subtasks are done".to_owned();
                 self.record_result(call, error, true);
             }
             decisions.into_iter().map(|(_, item)| item).collect()

@@ -20,38 +20,40 @@ use super::calls::movement_refusal;
 use super::gate::Gate;
 use super::{JobError, JobRun};
 
+/// A checked `delegate` call, to start once the reply's other calls have run (a child must
+/// not read the workspace before the calls that came before it changed it).
+#[derive(Debug, Clone)]
+pub(super) struct Delegation {
+    key: String,
+    instruction: String,
+    piece: String,
+}
+
 impl JobRun<'_> {
     /// The gate of a `delegate` call: answered with its child's result when the child is
-    /// over (the job resumed), else the child is started (or found) and the call parks.
-    pub(super) async fn gate_delegate(
-        &mut self,
-        call: &ToolCall,
-        arguments: &Value,
-    ) -> Result<Gate, JobError> {
+    /// over (the job resumed), else checked, to be started by [`JobRun::start_subtasks`].
+    pub(super) fn gate_delegate(&mut self, call: &ToolCall, arguments: &Value) -> Gate {
         let key = self.item_key(call);
         if let Some(action) = self.decision(&key) {
-            self.subtasks_answered.push(action.clone());
             let (content, is_error) = child_result(&action);
-            return Ok(Gate::Answer(content, is_error));
+            self.subtasks_answered.push(action);
+            return Gate::Answer(content, is_error);
         }
         let settings = &self.shared.settings;
         if let Some(refusal) = movement_refusal(self.movement(), call.name()) {
-            return Ok(Gate::Answer(format!("Error: {refusal}"), true));
+            return Gate::Answer(format!("Error: {refusal}"), true);
         }
-        let instruction = arguments["instruction"]
-            .as_str()
-            .unwrap_or_default()
-            .trim();
+        let instruction = arguments["instruction"].as_str().unwrap_or_default().trim();
         if instruction.is_empty() {
             let error = "Error: `instruction` is required: everything the sub-agent needs to know";
-            return Ok(Gate::Answer(error.to_owned(), true));
+            return Gate::Answer(error.to_owned(), true);
         }
         let piece = match arguments.get("piece") {
             None | Some(Value::Null) => settings.subtask_piece.as_str(),
             Some(Value::String(name)) if self.shared.catalog.get(name).is_some() => name,
             Some(other) => {
                 let error = format!("Error: no piece {other}; omit `piece` for the default");
-                return Ok(Gate::Answer(error, true));
+                return Gate::Answer(error, true);
             }
         };
         self.turn_delegates += 1;
@@ -60,8 +62,21 @@ impl JobRun<'_> {
                 "Error: one reply may start at most {} subtasks; start this one once those are done",
                 settings.max_subtasks_per_turn
             );
-            return Ok(Gate::Answer(error, true));
+            return Gate::Answer(error, true);
         }
+        Gate::Spawn(Delegation {
+            key,
+            instruction: instruction.to_owned(),
+            piece: piece.to_owned(),
+        })
+    }
+
+    /// Start (or find, on a claim after a crash) the children of the checked `delegate`
+    /// calls and dispatch them; the items the job then waits for.
+    pub(super) async fn start_subtasks(
+        &mut self,
+        delegations: Vec<(ToolCall, Delegation)>,
+    ) -> Result<Vec<(ToolCall, NewAction)>, JobError> {
         let claim = self.claim;
         let parent = Parent {
             fence: self.fence,
@@ -69,54 +84,60 @@ impl JobRun<'_> {
             owner: &claim.owner,
             model: claim.model.as_deref(),
             profile: &claim.profile,
-            max_attempts: claim.max_attempts,
+            max_attempts: claim.task_max_attempts,
             depth: claim.depth,
             workspace_id: claim.workspace_id,
         };
-        let new = NewSubtask {
-            key: &key,
-            instruction,
-            piece,
-        };
-        let spawned = subtasks::spawn(&self.shared.pool, &parent, &new)
-            .await?
-            .ok_or(jobs::Fenced(self.fence.job_id))?;
-        tracing::info!(
-            subtask_id = %spawned.task_id,
-            created = spawned.created,
-            piece,
-            "subtask started"
-        );
-        // Dispatched every time (the dispatch id de-duplicates it): a parent that crashed
-        // between starting the child and dispatching it heals here; the re-dispatcher also would.
-        let dispatch = JobDispatch {
-            job_id: spawned.job_id,
-            task_id: spawned.task_id,
-            attempt: 0,
-        };
-        let shared = self.shared;
-        if let Err(e) = maestro_messaging::publish::dispatch_job(
-            &shared.js,
-            &shared.subjects,
-            &claim.profile,
-            &dispatch,
-        )
-        .await
-        {
-            tracing::warn!(error = %e, "subtask dispatch not published; the scheduler will retry it");
+        let mut parked = Vec::with_capacity(delegations.len());
+        for (call, delegation) in delegations {
+            let new = NewSubtask {
+                key: &delegation.key,
+                instruction: &delegation.instruction,
+                piece: &delegation.piece,
+            };
+            let spawned = subtasks::spawn(&self.shared.pool, &parent, &new)
+                .await?
+                .ok_or(jobs::Fenced(self.fence.job_id))?;
+            tracing::info!(
+                subtask_id = %spawned.task_id,
+                created = spawned.created,
+                piece = %delegation.piece,
+                "subtask started"
+            );
+            // Dispatched every time (the dispatch id de-duplicates it): a parent that crashed
+            // between starting the child and dispatching it heals here; the re-dispatcher
+            // also would.
+            let dispatch = JobDispatch {
+                job_id: spawned.job_id,
+                task_id: spawned.task_id,
+                attempt: 0,
+            };
+            let shared = self.shared;
+            if let Err(e) = maestro_messaging::publish::dispatch_job(
+                &shared.js,
+                &shared.subjects,
+                &claim.profile,
+                &dispatch,
+            )
+            .await
+            {
+                tracing::warn!(error = %e, "subtask dispatch not published; the scheduler will retry it");
+            }
+            let item = NewAction {
+                key: delegation.key,
+                kind: WaitReason::Subtask,
+                movement: self.place.movement.clone(),
+                source_seq: None,
+                detail: json!({
+                    "subtask_id": spawned.task_id,
+                    "instruction": delegation.instruction,
+                    "piece": delegation.piece,
+                }),
+                subtask: Some(spawned.task_id),
+            };
+            parked.push((call, item));
         }
-        Ok(Gate::Park(NewAction {
-            key,
-            kind: WaitReason::Subtask,
-            movement: self.place.movement.clone(),
-            source_seq: None,
-            detail: json!({
-                "subtask_id": spawned.task_id,
-                "instruction": instruction,
-                "piece": piece,
-            }),
-            subtask: Some(spawned.task_id),
-        }))
+        Ok(parked)
     }
 }
 
@@ -143,7 +164,11 @@ pub(super) fn child_result(action: &Action) -> (String, bool) {
 pub(super) fn resume_notice(answered: &[Action], movement: &str) -> String {
     let succeeded = answered
         .iter()
-        .filter(|a| a.decision.as_ref().is_some_and(|d| d["decision"] == "succeeded"))
+        .filter(|a| {
+            a.decision
+                .as_ref()
+                .is_some_and(|d| d["decision"] == "succeeded")
+        })
         .count();
     let other = answered.len() - succeeded;
     let mut notice = format!(
@@ -186,7 +211,10 @@ mod tests {
     fn children_answer_their_calls() {
         assert_eq!(
             child_result(&resolved("succeeded", Some("42 files"), None)),
-            ("Subtask c1 succeeded. Its result:\n42 files".to_owned(), false)
+            (
+                "Subtask c1 succeeded. Its result:\n42 files".to_owned(),
+                false
+            )
         );
         assert_eq!(
             child_result(&resolved("failed", None, Some("LLM: 500"))),
@@ -215,7 +243,10 @@ mod tests {
             "review",
         );
         assert!(mixed.contains("2 subtask(s)"), "{mixed}");
-        assert!(mixed.contains("1 succeeded, 1 failed or were cancelled"), "{mixed}");
+        assert!(
+            mixed.contains("1 succeeded, 1 failed or were cancelled"),
+            "{mixed}"
+        );
         assert!(mixed.contains("movement `review`"), "{mixed}");
     }
 }
