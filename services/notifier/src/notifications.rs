@@ -71,9 +71,6 @@ impl JobStateHandler {
         change: maestro_domain::JobStateChange,
         decision: Option<serde_json::Value>,
     ) -> anyhow::Result<()> {
-        let Some(owner) = maestro_db::tasks::owner_of(&self.pool, event.task_id).await? else {
-            return Ok(());
-        };
         let notification = Notification {
             kind,
             timestamp: event.created_at,
@@ -81,7 +78,8 @@ impl JobStateHandler {
                 notification_id: NotificationId::new(),
                 task_id: event.task_id,
                 job_id: event.job_id,
-                owner,
+                // Filled in from the task by the statement that records it.
+                owner: String::new(),
                 status: change.status,
                 attempt: change.attempt,
                 event_seq: event.seq,

@@ -203,6 +203,7 @@ mod tests {
             depth: 0,
             workspace_id: TaskId::new(),
             task_max_attempts: 3,
+            pending_interjections: 0,
         }
     }
 

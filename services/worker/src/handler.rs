@@ -115,8 +115,10 @@ impl JobHandler {
             self.lease(),
             lost.clone(),
         ));
-        // The first step looks for interjections that came before the claim.
-        let interjections = Arc::new(AtomicBool::new(true));
+        // The first step looks for interjections that came before the claim (the claim counted
+        // them: no read when there are none). One sent between the claim and the registration
+        // below is found by the periodic look, and in any case before the job can succeed.
+        let interjections = Arc::new(AtomicBool::new(claimed.pending_interjections > 0));
         let signals = JobSignals {
             stop: lost.clone(),
             interjections: interjections.clone(),

@@ -49,6 +49,8 @@ pub struct Claimed {
     pub workspace_id: TaskId,
     /// The task's attempt limit per job as created (`max_attempts` grows with resumes).
     pub task_max_attempts: i32,
+    /// Interjections waiting for this job when it was claimed.
+    pub pending_interjections: i32,
 }
 
 /// Why a job could not be claimed.
@@ -86,7 +88,7 @@ pub async fn claim(
                     OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
                     OR (status = 'running' AND lease_expires_at < now()))
          RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at,
-                   resume_movement, resume_question, ask_count
+                   resume_movement, resume_question, ask_count, pending_interjections
         ), t AS (
             UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
               FROM j WHERE tasks.id = j.task_id
@@ -101,7 +103,7 @@ pub async fn claim(
               FROM j, t
         )
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
-               j.resume_movement, j.resume_question, j.ask_count,
+               j.resume_movement, j.resume_question, j.ask_count, j.pending_interjections,
                t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model, t.start_movement,
                t.parent_task_id, t.depth, t.workspace_id AS "workspace_id!",
                COALESCE(t.task_max_attempts, j.max_attempts) AS "task_max_attempts!",
@@ -138,6 +140,7 @@ pub async fn claim(
             depth: r.depth,
             workspace_id: TaskId(r.workspace_id),
             task_max_attempts: r.task_max_attempts,
+            pending_interjections: r.pending_interjections,
         }));
     }
     let state = sqlx::query!(

@@ -277,11 +277,3 @@ pub(crate) fn parse_wait_reason(s: &str) -> Result<WaitReason, DbError> {
     serde_json::from_value(serde_json::Value::String(s.to_owned()))
         .map_err(|_| DbError::Corrupt(format!("unknown wait reason {s:?}")))
 }
-
-/// The owner of a task, for services acting on a task's behalf.
-pub async fn owner_of(pool: &PgPool, id: TaskId) -> Result<Option<String>, DbError> {
-    let owner = sqlx::query_scalar!("SELECT owner FROM tasks WHERE id = $1", id.0)
-        .fetch_optional(pool)
-        .await?;
-    Ok(owner)
-}

@@ -97,7 +97,8 @@ pub struct Recorded {
 /// Record a notification in the owner's inbox and, in the same statement, one pending
 /// delivery per matching subscription plus the outbox rows that publish the notification on
 /// `notify.<type>` and each delivery on `webhooks.deliver`. Recording the same event twice
-/// changes nothing.
+/// changes nothing. The owner is the task's, read by the same statement (`data.owner` of
+/// the notification is filled in from it); a task that no longer exists gets nothing.
 pub async fn record_notification(
     pool: &PgPool,
     notification: &Notification,
@@ -107,28 +108,30 @@ pub async fn record_notification(
         serde_json::to_value(notification).map_err(|e| DbError::Corrupt(e.to_string()))?;
     let row = sqlx::query!(
         r#"
-        WITH n AS (
+        WITH t AS (
+            SELECT owner FROM tasks WHERE id = $3
+        ), n AS (
             INSERT INTO notifications (id, owner, kind, task_id, job_id, event_seq, payload)
-            VALUES ($1, $2, $3, $4, $5, $6, $7)
+            SELECT $1, t.owner, $2, $3, $4, $5, jsonb_set($6, '{data,owner}', to_jsonb(t.owner))
+              FROM t
             ON CONFLICT (task_id, event_seq) DO NOTHING
-            RETURNING id, payload
+            RETURNING id, owner, payload
         ), d AS (
             INSERT INTO webhook_deliveries (id, subscription_id, notification_id, status)
             SELECT gen_random_uuid(), s.id, n.id, 'pending'
               FROM n JOIN webhook_subscriptions s
-                ON s.owner = $2 AND s.deleted_at IS NULL AND $3 = ANY (s.event_types)
+                ON s.owner = n.owner AND s.deleted_at IS NULL AND $2 = ANY (s.event_types)
             RETURNING id
         ), o AS (
             INSERT INTO outbox (topic, msg_id, payload)
             SELECT 'webhooks.deliver', 'delivery:' || d.id, jsonb_build_object('delivery_id', d.id)
               FROM d
             UNION ALL
-            SELECT 'notify.' || $3, 'notification:' || n.id, n.payload FROM n
+            SELECT 'notify.' || $2, 'notification:' || n.id, n.payload FROM n
         )
         SELECT (SELECT count(*) FROM n) AS "created!", (SELECT count(*) FROM d) AS "deliveries!"
         "#,
         data.notification_id.0,
-        data.owner,
         notification.kind.as_str(),
         data.task_id.0,
         data.job_id.0,

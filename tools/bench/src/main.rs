@@ -89,7 +89,11 @@ async fn main() -> anyhow::Result<()> {
         ]
     }]});
     let options = StackOptions::new(scenario)
-        .env("RUST_LOG", "warn")
+        // `BENCH_RUST_LOG=info TEST_LOG=1` keeps the services' logs for a timeline.
+        .env(
+            "RUST_LOG",
+            &std::env::var("BENCH_RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        )
         .env("WORKER_CONCURRENCY", "256")
         .env("DB_MAX_CONNECTIONS", "16")
         .env("RELAY_POLL_MS", "1000");
