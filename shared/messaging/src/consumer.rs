@@ -16,6 +16,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+/// How long past its expiry a pull request is waited for. The server ends an expired request
+/// with a status message; `nats-server` 2.9 sometimes does not, and the client library then
+/// waits 5 s more — messages published meanwhile sat undelivered (seen as a 5 s tail in
+/// `maestro-bench`). Past this grace the runner gives the request up and pulls again.
+const PULL_GRACE: Duration = Duration::from_millis(500);
+
 /// What to do with a delivered message once the handler is done with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -101,6 +107,7 @@ pub async fn run<H: Handler>(
         };
         let mut spare = Some(first);
         let want = 1 + permits.available_permits();
+        let given_up_at = tokio::time::Instant::now() + config.fetch_expires + PULL_GRACE;
         let batch = tokio::select! {
             batch = consumer.batch().max_messages(want).expires(config.fetch_expires).messages() => batch,
             _ = shutdown.cancelled() => break,
@@ -115,11 +122,14 @@ pub async fn run<H: Handler>(
         };
         loop {
             let next = tokio::select! {
+                // Messages already delivered are taken before the request is given up.
+                biased;
                 next = batch.next() => next,
                 _ = shutdown.cancelled() => {
                     give_back(&mut batch).await;
                     break 'pull;
                 }
+                _ = tokio::time::sleep_until(given_up_at) => break,
             };
             let message = match next {
                 None => break,
