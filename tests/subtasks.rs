@@ -595,3 +595,45 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         .expect("job");
     assert_eq!(status, JobStatus::Queued);
 }
+
+/// A worker killed while it runs the subtasks (the parent waiting): another worker takes the
+/// children over once their leases expire, they finish, and the parent resumes with both
+/// results — no child started twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subtasks_survive_a_killed_worker() {
+    let scenarios = json!({"scenarios": [
+        {"name": "parent", "match": "PARENT-CRASH", "turns": [
+            turn(&[delegate("CHILD-ONE: slow part"), delegate("CHILD-TWO: slow part")]),
+            complete("both parts done"),
+        ]},
+        {"name": "child", "match": "slow part", "turns": [
+            json!({"delay_ms": 1500, "tool_calls": [call("complete", json!({"result": "part"}))]}),
+        ]},
+    ]});
+    let Setup { mut stack, _dir } = setup(scenarios, &[("JOB_ACK_WAIT_MS", "1500")]).await;
+    let id = start(&stack, "PARENT-CRASH: two slow parts").await;
+    let kids = children(&stack, &id, 2).await;
+    for kid in &kids {
+        wait(&stack, kid["id"].as_str().expect("id"), &["running"]).await;
+    }
+    stack.kill("worker").await;
+    stack
+        .start(Service::Worker, "worker-b", &[])
+        .await
+        .expect("another worker starts");
+    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
+    assert_eq!(done["latest_job"]["result"], "both parts done", "{done}");
+    let kids = subtasks(&stack, &id).await;
+    assert_eq!(kids.len(), 2, "no child started twice: {kids:?}");
+    for kid in &kids {
+        assert_eq!(kid["status"], "succeeded", "{kid}");
+        let task = stack
+            .get_task(kid["id"].as_str().expect("id"))
+            .await
+            .expect("child");
+        assert!(
+            task["latest_job"]["attempt"].as_i64().expect("attempt") >= 2,
+            "taken over after the crash: {task}"
+        );
+    }
+}
