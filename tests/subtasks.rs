@@ -3,7 +3,7 @@
 //! resumes with each child's result as the result of its call, then the subtask resume
 //! notice. A child's pause for a person shows on its parent; a comment to a waiting parent is
 //! an interjection; cancelling a parent cancels its children; the join survives a scheduler
-//! that was down while the children finished.
+//! that was down while the children finished, and the children a worker killed mid-run.
 
 use std::time::Duration;
 
