@@ -9,10 +9,12 @@
 //! `maestro-bench sse [--clients N]` token-to-client latency and the gateway's cost (`sse.rs`),
 //! `maestro-bench iterations [--jobs N] [--turns T] [--upstream URL] [--background BYTES]`: the
 //! worker's own overhead per LLM iteration and the prompt-cache reuse after movement
-//! transitions (`iterations.rs`).
+//! transitions (`iterations.rs`), `maestro-bench subtasks [--tasks N] [--fanout K]` what
+//! delegating to K subtasks costs end to end and at the join (`subtasks.rs`).
 
 mod iterations;
 mod sse;
+mod subtasks;
 mod tools;
 
 use std::collections::HashMap;
@@ -69,6 +71,9 @@ async fn main() -> anyhow::Result<()> {
             .nth(1)
             .map_or(Ok(1000), |n| n.parse())?;
         return sse::run(clients).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("subtasks") {
+        return subtasks::run(subtasks::parse(std::env::args().skip(2))?).await;
     }
     if std::env::args().nth(1).as_deref() == Some("iterations") {
         return iterations::run(iterations::parse(std::env::args().skip(2))?).await;
