@@ -12,6 +12,7 @@ ALTER TABLE tasks ADD COLUMN parent_task_id uuid REFERENCES tasks (id) ON DELETE
                   ADD COLUMN depth          integer NOT NULL DEFAULT 0,
                   ADD COLUMN max_attempts   integer;
 CREATE INDEX tasks_by_parent ON tasks (parent_task_id) WHERE parent_task_id IS NOT NULL;
+CREATE INDEX tasks_by_parent_job ON tasks (parent_job_id) WHERE parent_job_id IS NOT NULL;
 
 -- A `subtask` item waits for one child task; it is `resolved` when the child's latest job is
 -- over, with the child's status, result and error as its decision.

@@ -20,9 +20,13 @@ struct Setup {
 }
 
 async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Setup {
+    setup_with(scenarios, env, POLICY).await
+}
+
+async fn setup_with(scenarios: Value, env: &[(&str, &str)], policy_json: &str) -> Setup {
     let dir = tempfile::tempdir().expect("dir");
     let policy = dir.path().join("policy.json");
-    std::fs::write(&policy, POLICY).expect("policy");
+    std::fs::write(&policy, policy_json).expect("policy");
     let mut options = StackOptions::new(scenarios)
         .env("WORKSPACE_POLICY", policy.to_str().expect("utf-8"))
         .env("MAX_SUBTASK_DEPTH", "1");
@@ -481,19 +485,24 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         .expect("spawn")
         .expect("held");
     assert!(started.created);
-    // A stale MCP item of this attempt, never resolved (the worker died before its pause).
+    // A stale item of this attempt, never resolved (the worker died before its pause).
     let stale = NewAction {
-        key: "mcp:docs".into(),
-        kind: WaitReason::McpAuthRequired,
+        key: "work/0/call_9".into(),
+        kind: WaitReason::ToolRequest,
         movement: "work".into(),
         source_seq: None,
-        detail: json!({"server": "docs"}),
+        detail: json!({"tool": "write_file"}),
         subtask: None,
     };
-    actions::record(pool, task_id, jobs::Fence { job_id, attempt: 1 }, &[stale])
-        .await
-        .expect("record")
-        .expect("held");
+    actions::record(
+        pool,
+        task_id,
+        jobs::Fence { job_id, attempt: 1 },
+        std::slice::from_ref(&stale),
+    )
+    .await
+    .expect("record")
+    .expect("held");
 
     // The worker dies; another claims the job and reaches the same call.
     let second = jobs::claim(pool, job_id, "w2", Duration::from_secs(30))
@@ -541,9 +550,15 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
             .expect("item")
     };
     assert_eq!(
-        status("mcp:docs"),
+        status("work/0/call_9"),
         "resolved",
         "the stale item is superseded"
+    );
+    assert!(
+        items
+            .iter()
+            .all(|a| a.key != "work/0/call_9" || !a.is_decided()),
+        "superseded is nobody's answer"
     );
     assert_eq!(status("work/1/call_0_0"), "pending");
 
@@ -594,6 +609,21 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         .expect("latest")
         .expect("job");
     assert_eq!(status, JobStatus::Queued);
+
+    // The job comes back to the superseded call: its item is pending again.
+    let third = jobs::claim(pool, job_id, "w4", Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let fence = jobs::Fence {
+        job_id,
+        attempt: third.attempt,
+    };
+    let again = actions::record(pool, task_id, fence, &[stale])
+        .await
+        .expect("record")
+        .expect("held");
+    assert_eq!(again[0].status, "pending");
 }
 
 /// A worker killed while it runs the subtasks (the parent waiting): another worker takes the
@@ -636,4 +666,64 @@ async fn subtasks_survive_a_killed_worker() {
             "taken over after the crash: {task}"
         );
     }
+}
+
+/// A `delegate` next to a call that waits for a person's approval waits too: the child starts
+/// only after the approved call ran, and sees what it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegates_wait_for_an_approval_in_the_same_reply() {
+    let scenarios = json!({"scenarios": [
+        {"name": "child", "match": "CHILD-READ", "turns": [
+            turn(&[call("read_file", json!({"path": "spec.md"}))]),
+            complete("read it"),
+        ]},
+        {"name": "parent", "match": "PARENT-APPROVE", "turns": [
+            turn(&[
+                call("write_file", json!({"path": "spec.md", "content": "the spec"})),
+                delegate("CHILD-READ: read spec.md"),
+            ]),
+            complete("done"),
+        ]},
+    ]});
+    let policy = r#"{"allowed_tools": ["*", "delegate"], "gated_tools": ["write_file"]}"#;
+    let Setup { stack, _dir } = setup_with(scenarios, &[], policy).await;
+    let id = start(&stack, "PARENT-APPROVE: write, then hand over").await;
+    let paused = wait(
+        &stack,
+        &id,
+        &["waiting_human", "waiting_subtasks", "failed"],
+    )
+    .await;
+    assert_eq!(
+        paused["latest_job"]["wait_reason"], "tool_request",
+        "{paused}"
+    );
+    assert!(
+        subtasks(&stack, &id).await.is_empty(),
+        "no child before the approval"
+    );
+    let items = get(&stack, &format!("/api/local/tasks/{id}/required-actions")).await;
+    let rid = items["required_actions"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let path = format!("/api/local/tasks/{id}/tool-requests/{rid}/decide");
+    let (status, body) = stack
+        .api(Method::POST, &path, Some(&json!({"decision": "approve"})))
+        .await
+        .expect("decide");
+    assert_eq!(status, 200, "{body}");
+    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
+    assert_eq!(done["latest_job"]["result"], "done", "{done}");
+    let child = requests_of(&stack, "child").await;
+    let read = messages(child.last().expect("a request"));
+    let read = read
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .expect("read");
+    assert_eq!(
+        read["content"], "the spec",
+        "the child saw the approved write"
+    );
 }

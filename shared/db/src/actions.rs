@@ -55,6 +55,19 @@ pub struct Action {
 }
 
 impl Action {
+    /// Set aside by a later pause of its job as left behind by a dead attempt (never a
+    /// person's or a child's answer; recorded again, it is pending again).
+    pub fn is_superseded(&self) -> bool {
+        self.decision
+            .as_ref()
+            .is_some_and(|d| d["decision"] == "superseded")
+    }
+
+    /// Answered: by a person, or (a subtask) by its child.
+    pub fn is_decided(&self) -> bool {
+        self.status != "pending" && !self.is_superseded()
+    }
+
     /// The summary carried by the pause event and the notification.
     pub fn summary(&self) -> Value {
         let mut summary = serde_json::json!({
@@ -92,7 +105,8 @@ macro_rules! action_from {
 
 /// Record the items a held job is about to pause for (fenced: `None` when `fence` no longer
 /// holds the job, and nothing is written). An item recorded before (same key) keeps its id
-/// and state — except an MCP login, which is pending again (the job found no token again).
+/// and state — except an MCP login, which is pending again (the job found no token again),
+/// and a superseded item, which is pending again (the job came back to the call).
 /// Any other item of the job still `pending` is stale (a running job waits for nothing; a
 /// worker died between recording and pausing, and the job went another way): it is
 /// `resolved` as superseded, so the new pause does not wait for it. Returns the items, in
@@ -120,10 +134,13 @@ pub async fn record(
             ON CONFLICT (job_id, key) DO UPDATE
                SET key = EXCLUDED.key,
                    status = CASE WHEN required_actions.kind = 'mcp_auth_required'
+                                      OR required_actions.decision ->> 'decision' = 'superseded'
                                  THEN 'pending' ELSE required_actions.status END,
                    decision = CASE WHEN required_actions.kind = 'mcp_auth_required'
+                                        OR required_actions.decision ->> 'decision' = 'superseded'
                                    THEN NULL ELSE required_actions.decision END,
                    decided_at = CASE WHEN required_actions.kind = 'mcp_auth_required'
+                                          OR required_actions.decision ->> 'decision' = 'superseded'
                                      THEN NULL ELSE required_actions.decided_at END
             RETURNING id, task_id, job_id, key, kind, status, movement, source_seq, detail,
                       decision, created_at, decided_at

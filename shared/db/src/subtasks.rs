@@ -313,13 +313,15 @@ pub async fn cancel_tree(
     reason: &str,
 ) -> Result<Vec<Cancelled>, DbError> {
     let mut all = Vec::new();
-    for round in 0.. {
+    let mut deadlocks = 0;
+    loop {
         let cancelled = match cancel_tree_once(pool, task_id, reason).await {
             Ok(cancelled) => cancelled,
             // Locks taken in another order by a concurrent join: Postgres picked this one.
             Err(DbError::Sqlx(sqlx::Error::Database(e)))
-                if e.code().as_deref() == Some("40P01") && round < 5 =>
+                if e.code().as_deref() == Some("40P01") && deadlocks < 5 =>
             {
+                deadlocks += 1;
                 continue;
             }
             Err(e) => return Err(e),
@@ -332,8 +334,8 @@ pub async fn cancel_tree(
     Ok(all)
 }
 
-/// Cancel the children a job is waiting for (its pending `subtask` items) and their trees:
-/// the job failed, so nobody will read their results.
+/// Cancel the children a job started that are not over (whether or not an item for them was
+/// recorded) and their trees: the job failed, so nobody will read their results.
 pub async fn cancel_children(
     pool: &PgPool,
     job_id: JobId,
@@ -341,8 +343,10 @@ pub async fn cancel_children(
 ) -> Result<Vec<Cancelled>, DbError> {
     let children = sqlx::query_scalar!(
         r#"
-        SELECT subtask_id AS "subtask_id!" FROM required_actions
-         WHERE job_id = $1 AND kind = 'subtask' AND status = 'pending'
+        SELECT t.id FROM tasks t
+         CROSS JOIN LATERAL (SELECT status FROM jobs WHERE task_id = t.id
+                              ORDER BY job_no DESC LIMIT 1) j
+         WHERE t.parent_job_id = $1 AND j.status NOT IN ('succeeded', 'failed', 'cancelled')
         "#,
         job_id.0
     )

@@ -107,11 +107,12 @@ pub async fn run<H: Handler>(
         };
         let mut spare = Some(first);
         let want = 1 + permits.available_permits();
-        let given_up_at = tokio::time::Instant::now() + config.fetch_expires + PULL_GRACE;
         let batch = tokio::select! {
             batch = consumer.batch().max_messages(want).expires(config.fetch_expires).messages() => batch,
             _ = shutdown.cancelled() => break,
         };
+        // From when the request was sent: the server's expiry starts no earlier.
+        let given_up_at = tokio::time::Instant::now() + config.fetch_expires + PULL_GRACE;
         let mut batch = match batch {
             Ok(batch) => batch,
             Err(e) => {

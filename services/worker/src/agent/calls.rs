@@ -85,8 +85,12 @@ impl JobRun<'_> {
             for (call, (content, is_error)) in runnable.iter().zip(results) {
                 self.record_result(call, content, is_error);
             }
-            if stopped.is_none() && !delegations.is_empty() {
-                // After the reply's other calls: the children see what they changed.
+            // While a call of the reply waits for a person's approval, its `delegate` calls wait
+            // too: still unanswered, they are started when the job resumes, after that call.
+            let approvals = parked.iter().any(|(_, item)| item.kind != WaitReason::Ask);
+            if stopped.is_none() && !delegations.is_empty() && !approvals {
+                // After the reply's other calls: the children see what they changed. (An `ask`
+                // next to them is answered with an error and waits for them.)
                 parked.extend(self.start_subtasks(delegations).await?);
             }
             if stopped.is_none() && !parked.is_empty() {
@@ -338,13 +342,19 @@ impl JobRun<'_> {
             Some(Operation::Failed(output)) => Ok(Some((format!("Error: {output}"), true))),
             Some(Operation::Started { at }) => {
                 // A person may have said what became of it (`side_effect_unknown`) — about this
-                // start of it: a decision older than the start is about an earlier run.
+                // start of it: a decision older than the start is about an earlier run. The
+                // latest such decision counts; an item set aside as stale is nobody's answer.
                 let prefix = format!("op:{operation_id}:");
-                if let Some(action) = self.decisions.iter().find(|a| {
-                    a.key.starts_with(&prefix)
-                        && a.status != "pending"
-                        && a.decided_at.is_some_and(|d| d > at)
-                }) {
+                if let Some(action) = self
+                    .decisions
+                    .iter()
+                    .filter(|a| {
+                        a.key.starts_with(&prefix)
+                            && a.is_decided()
+                            && a.decided_at.is_some_and(|d| d > at)
+                    })
+                    .max_by_key(|a| a.decided_at)
+                {
                     let verdict = action.decision.as_ref().map(|d| d["decision"].clone());
                     if verdict == Some(Value::from("happened")) {
                         let output = "a person confirmed that this call took effect";

@@ -171,7 +171,7 @@ impl JobRun<'_> {
     pub(super) fn decision(&self, key: &str) -> Option<Action> {
         self.decisions
             .iter()
-            .find(|a| a.key == key && a.status != "pending")
+            .find(|a| a.key == key && a.is_decided())
             .cloned()
     }
 
