@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use maestro_testkit::script::{call, complete, turn};
 use maestro_testkit::{Stack, StackOptions};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -35,11 +36,9 @@ async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Setup {
     let pieces = dir.path().join("pieces");
     std::fs::create_dir(&pieces).expect("pieces dir");
     std::fs::write(pieces.join("twostep.yaml"), PIECE).expect("piece");
-    let policy = dir.path().join("policy.json");
-    std::fs::write(&policy, POLICY).expect("policy");
     let mut options = StackOptions::new(scenarios)
-        .env("PIECES_DIR", pieces.to_str().expect("utf-8"))
-        .env("WORKSPACE_POLICY", policy.to_str().expect("utf-8"));
+        .policy(POLICY)
+        .env("PIECES_DIR", pieces.to_str().expect("utf-8"));
     for (key, value) in env {
         options = options.env(key, value);
     }
@@ -49,20 +48,8 @@ async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Setup {
     }
 }
 
-fn call(name: &str, arguments: Value) -> Value {
-    json!({"name": name, "arguments": arguments})
-}
-
-fn turn(calls: &[Value]) -> Value {
-    json!({"tool_calls": calls})
-}
-
 fn write(path: &str, content: &str) -> Value {
     call("write_file", json!({"path": path, "content": content}))
-}
-
-fn complete(result: &str) -> Value {
-    turn(&[call("complete", json!({"result": result}))])
 }
 
 fn to_write() -> Value {

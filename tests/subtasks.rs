@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use maestro_testkit::script::{call, complete, turn};
 use maestro_testkit::{Service, Stack, StackOptions};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -14,45 +15,22 @@ use serde_json::{Value, json};
 /// Every built-in tool, and sub-agents.
 const POLICY: &str = r#"{"allowed_tools": ["*", "delegate"]}"#;
 
-struct Setup {
-    stack: Stack,
-    _dir: tempfile::TempDir,
-}
-
-async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Setup {
+async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     setup_with(scenarios, env, POLICY).await
 }
 
-async fn setup_with(scenarios: Value, env: &[(&str, &str)], policy_json: &str) -> Setup {
-    let dir = tempfile::tempdir().expect("dir");
-    let policy = dir.path().join("policy.json");
-    std::fs::write(&policy, policy_json).expect("policy");
+async fn setup_with(scenarios: Value, env: &[(&str, &str)], policy: &str) -> Stack {
     let mut options = StackOptions::new(scenarios)
-        .env("WORKSPACE_POLICY", policy.to_str().expect("utf-8"))
+        .policy(policy)
         .env("MAX_SUBTASK_DEPTH", "1");
     for (key, value) in env {
         options = options.env(key, value);
     }
-    Setup {
-        stack: Stack::spawn(options).await.expect("the stack starts"),
-        _dir: dir,
-    }
-}
-
-fn call(name: &str, arguments: Value) -> Value {
-    json!({"name": name, "arguments": arguments})
-}
-
-fn turn(calls: &[Value]) -> Value {
-    json!({"tool_calls": calls})
+    Stack::spawn(options).await.expect("the stack starts")
 }
 
 fn delegate(instruction: &str) -> Value {
     call("delegate", json!({"instruction": instruction}))
-}
-
-fn complete(result: &str) -> Value {
-    turn(&[call("complete", json!({"result": result}))])
 }
 
 async fn start(stack: &Stack, instruction: &str) -> String {
@@ -147,7 +125,7 @@ async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
             ]}),
         ]},
     ]});
-    let Setup { stack, _dir } = setup(scenarios, &[]).await;
+    let stack = setup(scenarios, &[]).await;
     let id = start(&stack, "PARENT-WORK: split the work").await;
 
     let waiting = wait(&stack, &id, &["waiting_subtasks", "succeeded", "failed"]).await;
@@ -310,7 +288,7 @@ async fn a_child_waiting_for_a_person_shows_on_its_parent_and_cancel_reaches_the
             json!({"delay_ms": 60000, "tool_calls": [call("complete", json!({"result": "late"}))]}),
         ]},
     ]});
-    let Setup { stack, _dir } = setup(scenarios, &[]).await;
+    let stack = setup(scenarios, &[]).await;
     let id = start(&stack, "PARENT-ASKS: ask through a child").await;
     let child = children(&stack, &id, 1).await.remove(0);
     let child_id = child["id"].as_str().expect("id").to_owned();
@@ -411,7 +389,7 @@ async fn the_join_happens_when_the_scheduler_comes_back() {
         ]},
         {"name": "child", "match": "CHILD-QUICK", "turns": [complete("hi")]},
     ]});
-    let Setup { mut stack, _dir } = setup(scenarios, &[]).await;
+    let mut stack = setup(scenarios, &[]).await;
     stack.kill("scheduler").await;
     let id = start(&stack, "PARENT-JOIN: delegate once").await;
     let child = children(&stack, &id, 1).await.remove(0);
@@ -640,7 +618,7 @@ async fn subtasks_survive_a_killed_worker() {
             json!({"delay_ms": 1500, "tool_calls": [call("complete", json!({"result": "part"}))]}),
         ]},
     ]});
-    let Setup { mut stack, _dir } = setup(scenarios, &[("JOB_ACK_WAIT_MS", "1500")]).await;
+    let mut stack = setup(scenarios, &[("JOB_ACK_WAIT_MS", "1500")]).await;
     let id = start(&stack, "PARENT-CRASH: two slow parts").await;
     let kids = children(&stack, &id, 2).await;
     for kid in &kids {
@@ -686,7 +664,7 @@ async fn delegates_wait_for_an_approval_in_the_same_reply() {
         ]},
     ]});
     let policy = r#"{"allowed_tools": ["*", "delegate"], "gated_tools": ["write_file"]}"#;
-    let Setup { stack, _dir } = setup_with(scenarios, &[], policy).await;
+    let stack = setup_with(scenarios, &[], policy).await;
     let id = start(&stack, "PARENT-APPROVE: write, then hand over").await;
     let paused = wait(
         &stack,

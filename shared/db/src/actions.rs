@@ -382,34 +382,29 @@ pub async fn decide(
         resumed,
         status: Some(status),
     })];
-    if resumed {
-        // Queued again; the next claim is a continuation, not another attempt at the work.
+    let moved = match status {
+        JobStatus::Queued => Some("every item the job waited for is decided"),
+        JobStatus::WaitingSubtasks => {
+            Some("every person's item is decided; subtasks are still running")
+        }
+        _ => None,
+    };
+    if let Some(reason) = moved {
+        // Queued again: the next claim is a continuation, not another attempt at the work.
         sqlx::query!(
             r#"
-            UPDATE jobs SET status = 'queued', wait_reason = NULL, max_attempts = max_attempts + 1,
-                            updated_at = now()
+            UPDATE jobs SET status = $2, wait_reason = NULL, updated_at = now(),
+                            max_attempts = max_attempts + CASE WHEN $2 = 'queued' THEN 1 ELSE 0 END
              WHERE id = $1
             "#,
-            job.id
+            job.id,
+            status.as_str()
         )
         .execute(&mut *tx)
         .await?;
-        let mut queued = JobStateChange::new(JobStatus::Queued, job.attempt);
-        queued.reason = Some("every item the job waited for is decided".to_owned());
-        events.push(EventBody::JobState(queued));
-    } else if remaining.people == 0 {
-        sqlx::query!(
-            r#"
-            UPDATE jobs SET status = 'waiting_subtasks', wait_reason = NULL, updated_at = now()
-             WHERE id = $1
-            "#,
-            job.id
-        )
-        .execute(&mut *tx)
-        .await?;
-        let mut waiting = JobStateChange::new(JobStatus::WaitingSubtasks, job.attempt);
-        waiting.reason = Some("every person's item is decided; subtasks are still running".into());
-        events.push(EventBody::JobState(waiting));
+        let mut change = JobStateChange::new(status, job.attempt);
+        change.reason = Some(reason.to_owned());
+        events.push(EventBody::JobState(change));
     }
     push_events(&mut tx, JobId(job.id), &events).await?;
     tx.commit().await?;

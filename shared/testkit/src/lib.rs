@@ -12,6 +12,7 @@ mod llm;
 mod nats;
 mod postgres;
 mod process;
+pub mod script;
 mod sse;
 mod stack;
 

@@ -57,6 +57,8 @@ pub struct StackOptions {
     pub private_postgres: bool,
     /// A real OpenAI-compatible server whose usage the scripted LLM reports.
     pub llm_upstream: Option<String>,
+    /// A workspace tool policy (JSON), written to the stack's directory as `WORKSPACE_POLICY`.
+    pub policy: Option<String>,
 }
 
 impl StackOptions {
@@ -67,7 +69,13 @@ impl StackOptions {
             services: Service::ALL.to_vec(),
             private_postgres: false,
             llm_upstream: None,
+            policy: None,
         }
+    }
+
+    pub fn policy(mut self, json: &str) -> Self {
+        self.policy = Some(json.to_owned());
+        self
     }
 
     pub fn private_postgres(mut self) -> Self {
@@ -154,6 +162,11 @@ impl Stack {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        if let Some(policy) = &options.policy {
+            let path = dir.path().join("policy.json");
+            std::fs::write(&path, policy)?;
+            env.push(("WORKSPACE_POLICY".to_owned(), path.display().to_string()));
+        }
         env.extend(options.env);
         let mut stack = Self {
             db,

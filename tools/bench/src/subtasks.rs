@@ -53,12 +53,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             {"tool_calls": [{"name": "complete", "arguments": {"result": "all parts done"}}]}
         ]}
     ]});
-    let dir = tempfile::tempdir()?;
-    let policy = dir.path().join("policy.json");
-    std::fs::write(&policy, r#"{"allowed_tools": ["*", "delegate"]}"#)?;
     let options = StackOptions::new(scenario)
         .env("RUST_LOG", "warn")
-        .env("WORKSPACE_POLICY", policy.to_str().context("utf-8 path")?);
+        .policy(r#"{"allowed_tools": ["*", "delegate"]}"#);
     let stack = Stack::spawn(options).await?;
     let succeeded: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let nats = stack.nats.client().await?;

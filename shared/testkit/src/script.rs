@@ -1,0 +1,18 @@
+//! Builders for the scripted LLM's scenario turns (see `docs/scripted-llm.md`).
+
+use serde_json::{Value, json};
+
+/// A tool call of a turn.
+pub fn call(name: &str, arguments: Value) -> Value {
+    json!({"name": name, "arguments": arguments})
+}
+
+/// A turn that makes these calls.
+pub fn turn(calls: &[Value]) -> Value {
+    json!({"tool_calls": calls})
+}
+
+/// A turn that calls `complete` with `result`.
+pub fn complete(result: &str) -> Value {
+    turn(&[call("complete", json!({"result": result}))])
+}
