@@ -411,11 +411,14 @@ async fn the_join_happens_when_the_scheduler_comes_back() {
 /// for a stale item left by a dead attempt; the join resolves and queues the parent in one go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_items() {
-    use maestro_db::actions::{self, NewAction};
     use maestro_db::jobs::{self, Transition};
-    use maestro_db::subtasks::{self, NewSubtask, Parent};
+    use maestro_db::subtasks::{self, Inserted, NewSubtask, Parent};
     use maestro_db::tasks::{self, NewTask};
-    use maestro_domain::{JobId, JobStatus, Owner, TaskId, WaitReason};
+    use maestro_db::{actions, claims};
+    use maestro_domain::{
+        ActionDetail, ActionStatus, JobId, JobStatus, NewAction, Owner, TaskId, Verdict,
+    };
+    use maestro_scheduler::joiner::join;
 
     let db = maestro_testkit::TestDb::create().await.expect("db");
     let pool = &db.pool;
@@ -439,7 +442,7 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         .expect("create")
         .expect("new");
     let lease = Duration::ZERO; // expires at once: the next claim takes over
-    let first = jobs::claim(pool, job_id, "w1", lease)
+    let first = claims::claim(pool, job_id, "w1", lease)
         .await
         .expect("claim")
         .expect("claimed");
@@ -458,19 +461,24 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         instruction: "CHILD: do a part",
         piece: "chat",
     };
-    let started = subtasks::spawn(pool, &parent(1), &call)
+    let Inserted::Created(started) = subtasks::insert_child(pool, &parent(1), &call)
         .await
         .expect("spawn")
-        .expect("held");
+    else {
+        panic!("the child is created")
+    };
     assert!(started.created);
     // A stale item of this attempt, never resolved (the worker died before its pause).
     let stale = NewAction {
         key: "work/0/call_9".into(),
-        kind: WaitReason::ToolRequest,
         movement: "work".into(),
         source_seq: None,
-        detail: json!({"tool": "write_file"}),
-        subtask: None,
+        detail: ActionDetail::ToolRequest {
+            tool: "write_file".into(),
+            arguments: json!({}),
+            arguments_hash: "h".into(),
+            reason: "not allowed".into(),
+        },
     };
     actions::record(
         pool,
@@ -483,31 +491,39 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
     .expect("held");
 
     // The worker dies; another claims the job and reaches the same call.
-    let second = jobs::claim(pool, job_id, "w2", Duration::from_secs(30))
+    let second = claims::claim(pool, job_id, "w2", Duration::from_secs(30))
         .await
         .expect("claim")
         .expect("claimed again");
     assert_eq!(second.attempt, 2);
     assert_eq!(
-        subtasks::spawn(pool, &parent(1), &call)
+        subtasks::insert_child(pool, &parent(1), &call)
             .await
             .expect("spawn"),
-        None,
+        Inserted::NotHeld,
         "the stale attempt starts nothing"
     );
-    let again = subtasks::spawn(pool, &parent(2), &call)
+    assert_eq!(
+        subtasks::insert_child(pool, &parent(2), &call)
+            .await
+            .expect("spawn"),
+        Inserted::Existed,
+        "started before"
+    );
+    let again = subtasks::find_child(pool, &parent(2), call.key)
         .await
-        .expect("spawn")
-        .expect("held");
+        .expect("found");
     assert_eq!((again.task_id, again.created), (started.task_id, false));
     let child_job = again.job_id;
     let item = NewAction {
         key: call.key.into(),
-        kind: WaitReason::Subtask,
         movement: "work".into(),
         source_seq: None,
-        detail: json!({"subtask_id": again.task_id}),
-        subtask: Some(again.task_id),
+        detail: ActionDetail::Subtask {
+            subtask_id: again.task_id,
+            instruction: call.instruction.into(),
+            piece: call.piece.into(),
+        },
     };
     let fence = jobs::Fence { job_id, attempt: 2 };
     actions::record(pool, task_id, fence, &[item])
@@ -524,12 +540,12 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         items
             .iter()
             .find(|a| a.key == key)
-            .map(|a| a.status.clone())
+            .map(|a| a.status)
             .expect("item")
     };
     assert_eq!(
         status("work/0/call_9"),
-        "resolved",
+        ActionStatus::Superseded,
         "the stale item is superseded"
     );
     assert!(
@@ -538,11 +554,11 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
             .all(|a| a.key != "work/0/call_9" || !a.is_decided()),
         "superseded is nobody's answer"
     );
-    assert_eq!(status("work/1/call_0_0"), "pending");
+    assert_eq!(status("work/1/call_0_0"), ActionStatus::Pending);
 
     // Nothing to join while the child runs; once it is over, the parent is queued again.
-    assert!(subtasks::join(pool, 100).await.expect("join").is_empty());
-    let child = jobs::claim(pool, child_job, "w3", Duration::from_secs(30))
+    assert_eq!(join(pool, 100).await.expect("join"), None);
+    let child = claims::claim(pool, child_job, "w3", Duration::from_secs(30))
         .await
         .expect("claim")
         .expect("child claimed");
@@ -568,19 +584,21 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         .await
         .expect("append")
         .expect("held");
-    let resumed = subtasks::join(pool, 100).await.expect("join");
+    let resumed = join(pool, 100).await.expect("join").expect("joined");
     assert_eq!(resumed.len(), 1);
     assert_eq!(resumed[0].job_id, job_id);
-    assert!(
-        subtasks::join(pool, 100).await.expect("join").is_empty(),
-        "once"
-    );
+    assert_eq!(join(pool, 100).await.expect("join"), None, "once");
     let items = actions::of_job(pool, job_id).await.expect("items");
-    let decided = items.iter().find(|a| a.kind == "subtask").expect("item");
-    assert_eq!(decided.status, "resolved");
+    let decided = items
+        .iter()
+        .find(|a| a.detail.subtask().is_some())
+        .expect("item");
+    assert_eq!(decided.status, ActionStatus::Resolved);
     assert_eq!(
-        decided.decision.as_ref().expect("decision")["result"],
-        "part done"
+        decided.verdict(),
+        Some(&Verdict::Succeeded {
+            result: Some("part done".into())
+        })
     );
     let (_, status, _) = jobs::latest(pool, task_id)
         .await
@@ -589,7 +607,7 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
     assert_eq!(status, JobStatus::Queued);
 
     // The job comes back to the superseded call: its item is pending again.
-    let third = jobs::claim(pool, job_id, "w4", Duration::from_secs(30))
+    let third = claims::claim(pool, job_id, "w4", Duration::from_secs(30))
         .await
         .expect("claim")
         .expect("claimed");
@@ -601,7 +619,7 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         .await
         .expect("record")
         .expect("held");
-    assert_eq!(again[0].status, "pending");
+    assert_eq!(again[0].status, ActionStatus::Pending);
 }
 
 /// A worker killed while it runs the subtasks (the parent waiting): another worker takes the

@@ -9,7 +9,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
 use axum::routing::{delete, get, post, put};
 use maestro_db::PgPool;
-use maestro_messaging::Subjects;
+use maestro_messaging::Bus;
 use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
@@ -21,9 +21,9 @@ use crate::routes;
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub pool: PgPool,
-    pub nats: async_nats::Client,
-    pub js: async_nats::jetstream::Context,
-    pub subjects: Subjects,
+    /// NATS, JetStream and the subjects; what follows a commit goes through
+    /// [`Bus::after_commit`].
+    pub bus: Bus,
     pub settings: Arc<Settings>,
     /// Cancelled at shutdown; long-lived responses (SSE) end on it.
     pub shutdown: CancellationToken,
@@ -32,17 +32,10 @@ pub struct AppState {
 impl AppState {
     /// Connect to Postgres and NATS (migrating and creating streams when asked).
     pub async fn connect(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
-        let Infra {
-            subjects,
-            pool,
-            nats,
-            js,
-        } = Infra::connect(&settings.common, "maestro-api-gateway").await?;
+        let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-api-gateway").await?;
         Ok(Self {
             pool,
-            nats,
-            js,
-            subjects,
+            bus,
             settings: Arc::new(settings),
             shutdown,
         })
@@ -57,16 +50,16 @@ pub fn router(state: AppState) -> Router {
             post(routes::tasks::create).get(routes::tasks::list),
         )
         .route("/api/local/tasks/{id}", get(routes::tasks::get))
-        .route("/api/local/tasks/{id}/events", get(routes::tasks::events))
+        .route("/api/local/tasks/{id}/events", get(routes::history::events))
         .route(
             "/api/local/tasks/{id}/subtasks",
-            get(routes::tasks::subtasks),
+            get(routes::history::subtasks),
         )
         .route(
             "/api/local/tasks/{id}/transcript",
-            get(routes::tasks::transcript),
+            get(routes::history::transcript),
         )
-        .route("/api/local/pieces", get(routes::tasks::pieces))
+        .route("/api/local/pieces", get(routes::history::pieces))
         .route(
             "/api/local/tasks/{id}/stream",
             get(routes::stream::task_stream),

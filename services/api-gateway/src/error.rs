@@ -6,7 +6,9 @@ use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use maestro_api::ErrorBody;
+use maestro_domain::action::Refusal;
+use maestro_domain::{ActionStatus, JobStatus, WaitReason};
 
 /// Everything a handler can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -64,10 +66,96 @@ impl ApiError {
 impl From<maestro_db::DbError> for ApiError {
     fn from(e: maestro_db::DbError) -> Self {
         match e {
-            maestro_db::DbError::Sqlx(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) => {
-                ApiError::Unavailable("the database".to_owned())
-            }
+            maestro_db::DbError::Unavailable(_) => ApiError::Unavailable("the database".to_owned()),
             other => ApiError::Unexpected(other.into()),
+        }
+    }
+}
+
+impl ApiError {
+    fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Conflict {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A comment while the job waits for a decision of kind `waiting` (SPEC §3.2).
+    pub fn decide_first(waiting: Option<WaitReason>) -> Self {
+        let message = match waiting {
+            Some(WaitReason::ToolRequest) => {
+                "the job waits for a decision on a tool request; decide it first \
+                 (POST .../tool-requests/{rid}/decide)"
+                    .to_owned()
+            }
+            Some(WaitReason::PackageRequest) => {
+                "the job waits for a decision on a package request; decide it first \
+                 (POST .../package-requests/{rid}/decide)"
+                    .to_owned()
+            }
+            Some(WaitReason::McpAuthRequired) => {
+                "the job waits for an MCP server token; supply it first \
+                 (PUT /api/local/mcp-servers/{server}/token)"
+                    .to_owned()
+            }
+            Some(WaitReason::SideEffectUnknown) => {
+                "the job waits for a person to say whether a call took effect; decide it \
+                 first (POST .../required-actions/{rid}/decide)"
+                    .to_owned()
+            }
+            other => format!(
+                "the job waits for a person ({}); resolve that first",
+                other.map(WaitReason::as_str).unwrap_or_default()
+            ),
+        };
+        ApiError::conflict("decision_pending", message)
+    }
+
+    /// The item was decided before (the first decision wins).
+    pub fn already_decided(status: ActionStatus) -> Self {
+        ApiError::conflict(
+            "already_decided",
+            format!("the item was decided already ({status})"),
+        )
+    }
+
+    /// The job no longer waits for the item.
+    pub fn not_waiting(status: JobStatus) -> Self {
+        ApiError::conflict(
+            "not_waiting",
+            format!("the job no longer waits for this item (it is {status})"),
+        )
+    }
+
+    /// The call's arguments are not the ones the reviewer saw.
+    pub fn arguments_changed() -> Self {
+        ApiError::conflict(
+            "arguments_changed",
+            "the call's arguments are not the ones you reviewed; reload the request",
+        )
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Invalid(message) => ApiError::invalid("invalid_decision", message),
+            Refusal::Elsewhere(WaitReason::Ask) => ApiError::conflict(
+                "answer_with_a_comment",
+                "answer the question with POST /api/local/tasks/{id}/comments",
+            ),
+            Refusal::Elsewhere(WaitReason::McpAuthRequired) => ApiError::conflict(
+                "supply_the_token",
+                "supply the token with PUT /api/local/mcp-servers/{server}/token",
+            ),
+            Refusal::Elsewhere(WaitReason::Subtask) => ApiError::conflict(
+                "decided_by_the_subtask",
+                "a subtask item is resolved when its subtask is over; to end it now, cancel \
+                 the subtask (POST /api/local/tasks/{subtask_id}/cancel)",
+            ),
+            Refusal::Elsewhere(_) | Refusal::Undecidable(_) => {
+                ApiError::NotFound("required action")
+            }
         }
     }
 }
@@ -106,10 +194,6 @@ impl IntoResponse for ApiError {
                 other.to_string()
             }
         };
-        (
-            status,
-            Json(json!({"error": {"code": code, "message": message}})),
-        )
-            .into_response()
+        (status, Json(ErrorBody::new(code, message))).into_response()
     }
 }

@@ -8,6 +8,8 @@ pub mod config;
 pub mod error;
 pub mod json;
 pub mod routes;
+pub mod routing;
+pub mod validate;
 pub mod views;
 
 pub use app::{AppState, router, serve};

@@ -19,25 +19,21 @@ pub use config::Settings;
 
 /// Run the consumers (job states, decisions, webhook deliveries) until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let Infra {
-        subjects,
-        pool,
-        js,
-        nats,
-    } = Infra::connect(&settings.common, "maestro-notifier").await?;
+    let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-notifier").await?;
+    let (js, subjects) = (&bus.js, &bus.subjects);
     let events_settings = ConsumerSettings {
         ack_wait: Duration::from_secs(30),
         max_deliver: 20,
         max_ack_pending: 1000,
     };
-    let states = setup::job_state_consumer(&js, &subjects, &events_settings).await?;
-    let decisions = setup::decision_consumer(&js, &subjects, &events_settings).await?;
+    let states = setup::job_state_consumer(js, subjects, &events_settings).await?;
+    let decisions = setup::decision_consumer(js, subjects, &events_settings).await?;
     let hook_settings = ConsumerSettings {
         ack_wait: settings.webhook_timeout * 3,
         max_deliver: settings.webhook_max_attempts,
         max_ack_pending: 1000,
     };
-    let hooks = setup::webhook_consumer(&js, &subjects, &hook_settings).await?;
+    let hooks = setup::webhook_consumer(js, subjects, &hook_settings).await?;
     let http = maestro_runtime::http_client()
         .timeout(settings.webhook_timeout)
         .connect_timeout(Duration::from_secs(5))
@@ -45,8 +41,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .context("build the HTTP client")?;
     let state_handler = Arc::new(notifications::JobStateHandler {
         pool: pool.clone(),
-        nats: nats.clone(),
-        subjects: subjects.clone(),
+        bus: bus.clone(),
     });
     let hook_handler = Arc::new(webhooks::DeliveryHandler {
         pool,

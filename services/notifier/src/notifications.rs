@@ -16,8 +16,7 @@ use std::time::Duration;
 pub struct JobStateHandler {
     pub pool: PgPool,
     /// To wake the outbox relay after recording (the notification's outbox rows).
-    pub nats: async_nats::Client,
-    pub subjects: maestro_messaging::Subjects,
+    pub bus: maestro_messaging::Bus,
 }
 
 impl Handler for JobStateHandler {
@@ -92,9 +91,8 @@ impl JobStateHandler {
         };
         let recorded = maestro_db::webhooks::record_notification(&self.pool, &notification).await?;
         if recorded.created {
-            maestro_messaging::publish::wake_outbox(&self.nats, &self.subjects).await;
-        }
-        if recorded.created {
+            let after = maestro_messaging::AfterCommit::events();
+            self.bus.after_commit(after).await;
             tracing::info!(
                 task_id = %event.task_id,
                 kind = kind.as_str(),

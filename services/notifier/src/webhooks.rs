@@ -9,7 +9,7 @@ use bytes::Bytes;
 use chrono::Utc;
 use maestro_db::PgPool;
 use maestro_db::webhooks::{Attempt, PendingDelivery};
-use maestro_domain::webhook::WebhookSecret;
+use maestro_domain::webhook::{DeliveryStatus, WebhookSecret};
 use maestro_messaging::backoff::backoff;
 use maestro_messaging::payloads::WebhookDelivery;
 use maestro_messaging::{Delivery, Handler, Outcome};
@@ -38,7 +38,7 @@ impl Handler for DeliveryHandler {
                     return Outcome::Retry(Duration::from_secs(1));
                 }
             };
-        if pending.status != "pending" {
+        if pending.status != DeliveryStatus::Pending {
             return Outcome::Done;
         }
         let attempt = if pending.subscription_active {

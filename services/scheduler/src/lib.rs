@@ -16,32 +16,21 @@ pub use config::Settings;
 
 /// Run the relay, the subtask join and the re-dispatcher until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let Infra {
-        subjects,
-        pool,
-        js,
-        nats,
-    } = Infra::connect(&settings.common, "maestro-scheduler").await?;
+    let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-scheduler").await?;
     let relay = relay::Relay {
         pool: pool.clone(),
-        nats: nats.clone(),
-        js: js.clone(),
-        subjects: subjects.clone(),
+        bus: bus.clone(),
         batch: settings.relay_batch,
         poll: settings.relay_poll,
     };
     let joiner = joiner::Joiner {
         pool: pool.clone(),
-        nats: nats.clone(),
-        js: js.clone(),
-        subjects: subjects.clone(),
+        bus: bus.clone(),
         poll: settings.join_poll,
     };
     let redispatcher = redispatch::Redispatcher {
         pool,
-        nats,
-        js,
-        subjects,
+        bus,
         interval: settings.redispatch_interval,
         grace: settings.redispatch_grace,
     };

@@ -7,19 +7,19 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream;
 use maestro_db::PgPool;
-use maestro_messaging::Subjects;
 use maestro_messaging::payloads::JobDispatch;
+use maestro_messaging::{AfterCommit, Bus};
 use tokio_util::sync::CancellationToken;
+
+/// Stalled jobs taken per scan.
+const SCAN_BATCH: i64 = 200;
 
 /// Finds and re-dispatches stalled jobs.
 #[derive(Debug, Clone)]
 pub struct Redispatcher {
     pub pool: PgPool,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
-    pub subjects: Subjects,
+    pub bus: Bus,
     pub interval: Duration,
     pub grace: Duration,
 }
@@ -41,27 +41,22 @@ impl Redispatcher {
 
     /// One scan; returns how many jobs were dispatched again.
     pub async fn once(&self) -> anyhow::Result<usize> {
-        let stalled = maestro_db::jobs::take_stalled(&self.pool, self.grace, 200).await?;
-        if !stalled.is_empty() {
-            // Each re-dispatch wrote a `redispatch` event.
-            maestro_messaging::publish::wake_outbox(&self.nats, &self.subjects).await;
+        let stalled = maestro_db::jobs::take_stalled(&self.pool, self.grace, SCAN_BATCH).await?;
+        if stalled.is_empty() {
+            return Ok(0);
         }
+        // Each re-dispatch wrote a `redispatch` event.
+        let mut after = AfterCommit::events();
         for job in &stalled {
+            tracing::info!(job_id = %job.job_id, attempt = job.attempt, reason = %job.reason, "job dispatched again");
             let dispatch = JobDispatch {
                 job_id: job.job_id,
                 task_id: job.task_id,
                 attempt: job.attempt,
             };
-            let subject = self.subjects.dispatch(&job.profile);
-            maestro_messaging::publish::publish_json(
-                &self.js,
-                subject,
-                &dispatch.message_id(),
-                &dispatch,
-            )
-            .await?;
-            tracing::info!(job_id = %job.job_id, attempt = job.attempt, reason = %job.reason, "job dispatched again");
+            after = after.dispatch(&job.profile, dispatch);
         }
+        self.bus.after_commit(after).await;
         Ok(stalled.len())
     }
 }

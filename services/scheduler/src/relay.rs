@@ -1,27 +1,26 @@
 //! The outbox relay: publishes committed outbox rows to JetStream (`Nats-Msg-Id` = the row's
 //! `msg_id`, so a row published twice is stored once) and deletes them in the same
-//! transaction that locked them. Woken by `<prefix>.outbox.wake` (a core NATS message every
-//! writer sends after a commit that added rows; wake-ups that pile up while it drains count
-//! once), with a slow poll as a fallback for a lost one. Several relays may run: `SKIP LOCKED`
-//! splits the rows.
+//! transaction that locked them. Each row's typed topic becomes its subject through
+//! `Subjects::of_topic`. Woken by `<prefix>.outbox.wake` (a core NATS message every writer
+//! sends after a commit that added rows; wake-ups that pile up while it drains count once),
+//! with a slow poll as a fallback for a lost one. Several relays may run: `SKIP LOCKED` splits
+//! the rows.
 
 use std::time::Duration;
 
-use async_nats::jetstream;
 use bytes::Bytes;
 use futures::future::try_join_all;
 use maestro_db::PgPool;
 use maestro_db::outbox::{self, OutboxRow};
-use maestro_messaging::Subjects;
+use maestro_messaging::Bus;
+use maestro_messaging::publish::headers_traced;
 use tokio_util::sync::CancellationToken;
 
 /// Publishes the outbox.
 #[derive(Debug, Clone)]
 pub struct Relay {
     pub pool: PgPool,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
-    pub subjects: Subjects,
+    pub bus: Bus,
     pub batch: i64,
     pub poll: Duration,
 }
@@ -29,9 +28,9 @@ pub struct Relay {
 impl Relay {
     /// Relay until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let subject = self.subjects.outbox_wake();
+        let subject = self.bus.subjects.outbox_wake();
         crate::wake::run(
-            &self.nats,
+            &self.bus.nats,
             subject,
             self.poll,
             shutdown,
@@ -45,16 +44,15 @@ impl Relay {
     pub async fn drain(&self) -> anyhow::Result<usize> {
         let mut total = 0;
         loop {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = maestro_db::begin(&self.pool).await?;
             let rows = outbox::lock_batch(&mut tx, self.batch).await?;
             if rows.is_empty() {
-                tx.rollback().await?;
                 return Ok(total);
             }
             self.publish(&rows).await?;
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
             outbox::delete(&mut tx, &ids).await?;
-            tx.commit().await?;
+            maestro_db::commit(tx).await?;
             total += rows.len();
         }
     }
@@ -63,15 +61,12 @@ impl Relay {
     async fn publish(&self, rows: &[OutboxRow]) -> anyhow::Result<()> {
         let mut acks = Vec::with_capacity(rows.len());
         for row in rows {
-            let subject = format!("{}.{}", self.subjects.prefix(), row.topic);
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", row.msg_id.as_str());
-            if let Some(traceparent) = &row.traceparent {
-                headers.insert("traceparent", traceparent.as_str());
-            }
+            let subject = self.bus.subjects.of_topic(row.topic);
+            let headers = headers_traced(&row.msg_id, row.traceparent.as_deref());
             let payload = Bytes::from(serde_json::to_vec(&row.payload)?);
             acks.push(
-                self.js
+                self.bus
+                    .js
                     .publish_with_headers(subject, headers, payload)
                     .await?,
             );

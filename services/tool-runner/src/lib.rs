@@ -2,7 +2,9 @@
 //! `<prefix>.tools.exec` (queue group `tool-runners`, so instances share the load). Each call
 //! runs inside its task's workspace directory; paths that would leave it are refused.
 
+pub mod call;
 pub mod config;
+mod handle;
 pub mod mcp;
 pub mod sandbox;
 pub mod server;

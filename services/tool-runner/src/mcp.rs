@@ -16,8 +16,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{Mutex, oneshot};
 
+use crate::call::Call;
 use crate::sandbox::{CallCgroups, Invocation, Sandbox};
-use crate::tools::Call;
 
 /// The protocol version this client speaks.
 const PROTOCOL: &str = "2025-06-18";

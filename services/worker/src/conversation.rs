@@ -6,7 +6,7 @@
 //! one byte for byte and the LLM's prompt cache keeps serving the prefix.
 
 use chrono::SecondsFormat;
-use maestro_db::jobs::Claimed;
+use maestro_db::claims::Claimed;
 use maestro_domain::Message;
 use maestro_domain::piece::{Movement, Piece};
 use maestro_domain::tools::{ToolSpec, WorkspaceContext};

@@ -68,7 +68,7 @@ impl DeltaPublisher {
             return;
         };
         let msg_id = format!("delta:{}:{}", self.task_id, delta.id);
-        let headers = maestro_messaging::publish::headers(&msg_id, &[]);
+        let headers = maestro_messaging::publish::headers(&msg_id);
         let subject = self
             .subjects
             .deltas(self.task_id, self.job_id, self.after_seq);

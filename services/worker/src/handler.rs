@@ -6,9 +6,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use chrono::Utc;
-use maestro_db::jobs::{self, Claimed, Fence, NotClaimed};
+use maestro_db::claims::{self, Claimed};
+use maestro_db::jobs::{self, Fence};
+use maestro_domain::job::NotClaimed;
 use maestro_messaging::payloads::JobDispatch;
-use maestro_messaging::{Delivery, Handler, Outcome};
+use maestro_messaging::{AfterCommit, Delivery, Handler, Outcome};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -34,19 +36,26 @@ impl JobHandler {
     /// Claim the job, or say what to do with the message instead.
     async fn claim(&self, dispatch: &JobDispatch, last: bool) -> Result<Claimed, Outcome> {
         let worker_id = &self.deps.settings.worker_id;
-        let claimed = jobs::claim(&self.deps.pool, dispatch.job_id, worker_id, self.lease()).await;
-        let later = match claimed {
-            Ok(Ok(claimed)) => {
+        let pool = &self.deps.pool;
+        let claimed = claims::claim(pool, dispatch.job_id, worker_id, self.lease()).await;
+        let not_claimed = match claimed {
+            Ok(Some(claimed)) => {
                 // The claim wrote the `running` event.
-                maestro_messaging::publish::wake_outbox(&self.deps.nats, &self.deps.subjects).await;
+                self.deps.bus.after_commit(AfterCommit::events()).await;
                 return Ok(claimed);
             }
-            Ok(Err(NotClaimed::Missing | NotClaimed::Settled(_))) => return Err(Outcome::Done),
+            Ok(None) => claims::state(pool, dispatch.job_id)
+                .await
+                .map(NotClaimed::of),
+            Err(e) => Err(e),
+        };
+        let later = match not_claimed {
+            Ok(NotClaimed::Missing | NotClaimed::Settled(_)) => return Err(Outcome::Done),
             // Someone else holds it: look again when that lease runs out.
-            Ok(Err(NotClaimed::Leased { lease_expires_at })) => {
+            Ok(NotClaimed::Leased { lease_expires_at }) => {
                 until(lease_expires_at) + Duration::from_millis(100)
             }
-            Ok(Err(NotClaimed::RetryLater { next_retry_at })) => until(next_retry_at),
+            Ok(NotClaimed::RetryLater { next_retry_at }) => until(next_retry_at),
             Err(e) => {
                 tracing::warn!(error = %e, "claim failed; will retry");
                 Duration::from_secs(1)

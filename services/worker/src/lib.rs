@@ -25,19 +25,19 @@ pub use config::Settings;
 /// finish within `SHUTDOWN_GRACE_MS`, after which they are handed back (`queued`) at their
 /// next safe point and dispatched again at once, for another worker.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let Infra {
-        subjects,
-        pool,
-        nats,
-        js,
-    } = Infra::connect(&settings.common, "maestro-worker").await?;
+    let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-worker").await?;
     let consumer_settings = ConsumerSettings {
         ack_wait: settings.ack_wait,
         max_deliver: settings.max_deliver,
         max_ack_pending: 10_000,
     };
-    let consumer =
-        setup::jobs_consumer(&js, &subjects, &settings.profile, &consumer_settings).await?;
+    let consumer = setup::jobs_consumer(
+        &bus.js,
+        &bus.subjects,
+        &settings.profile,
+        &consumer_settings,
+    )
+    .await?;
     let llm = maestro_llm::LlmClient::new(settings.llm.clone()).context("build the LLM client")?;
     let runner = RunnerConfig {
         name: "jobs",
@@ -58,20 +58,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             release.cancel();
         }
     });
-    let operations = setup::OperationOutcomes::new(js.clone(), &subjects);
+    let operations = setup::OperationOutcomes::new(bus.js.clone(), &bus.subjects);
     let policy = Arc::new(settings.policy.clone());
     let catalog = Arc::new(settings.catalog.clone());
     let signals = signals::Signals::default();
     tokio::spawn(
         signals
             .clone()
-            .listen(nats.clone(), subjects.clone(), shutdown.clone()),
+            .listen(bus.nats.clone(), bus.subjects.clone(), shutdown.clone()),
     );
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
-        nats,
-        js,
-        subjects,
+        bus,
         llm,
         settings: Arc::new(settings),
         release,

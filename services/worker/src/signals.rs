@@ -56,8 +56,7 @@ impl Signals {
         subjects: Subjects,
         shutdown: CancellationToken,
     ) {
-        let pattern = format!("{}.jobs.*.control", subjects.prefix());
-        let mut messages = match nats.subscribe(pattern).await {
+        let mut messages = match nats.subscribe(subjects.control_all()).await {
             Ok(messages) => messages,
             Err(e) => {
                 tracing::error!(error = %e, "cannot listen for job signals; jobs will poll");
@@ -70,11 +69,7 @@ impl Signals {
                 _ = shutdown.cancelled() => return,
             };
             let Some(message) = message else { return };
-            let job_id = message
-                .subject
-                .split('.')
-                .nth(2)
-                .and_then(|id| id.parse().ok());
+            let job_id = subjects.control_job(&message.subject);
             let control = serde_json::from_slice::<JobControl>(&message.payload).ok();
             if let (Some(job_id), Some(control)) = (job_id, control) {
                 self.deliver(job_id, control);

@@ -1,27 +1,11 @@
 //! Comments on a task: its instruction, interjections into a running job, follow-ups that
 //! start a new job.
 
-use chrono::{DateTime, Utc};
-use maestro_domain::{JobId, Owner, TaskId};
-use serde::Serialize;
-use sqlx::PgPool;
+use maestro_domain::{Comment, CommentKind, JobId, Owner, TaskId};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::DbError;
-
-/// A comment as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Comment {
-    pub id: Uuid,
-    pub task_id: TaskId,
-    pub job_id: Option<JobId>,
-    pub author: String,
-    pub kind: String,
-    pub body: String,
-    pub created_at: DateTime<Utc>,
-    /// For an interjection: when it entered the job's conversation.
-    pub delivered_at: Option<DateTime<Utc>>,
-}
 
 /// Add an interjection for `job_id`, if the job can still take one (queued, running, waiting
 /// to retry or for subtasks); `None` otherwise. Counting it on the job row makes the job
@@ -58,7 +42,7 @@ pub async fn interject(
         task_id,
         job_id: Some(job_id),
         author: author.to_string(),
-        kind: "interjection".to_owned(),
+        kind: CommentKind::Interjection,
         body: body.to_owned(),
         created_at: r.created_at,
         delivered_at: None,
@@ -102,19 +86,22 @@ pub async fn list(pool: &PgPool, task_id: TaskId) -> Result<Vec<Comment>, DbErro
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| Comment {
-            id: r.id,
-            task_id,
-            job_id: r.job_id.map(JobId),
-            author: r.author,
-            kind: r.kind,
-            body: r.body,
-            created_at: r.created_at,
-            delivered_at: r.delivered_at,
+    rows.into_iter()
+        .map(|r| {
+            Ok(Comment {
+                id: r.id,
+                task_id,
+                job_id: r.job_id.map(JobId),
+                author: r.author,
+                kind: CommentKind::parse(&r.kind).ok_or_else(|| {
+                    DbError::corrupt(format!("unknown comment kind {:?}", r.kind))
+                })?,
+                body: r.body,
+                created_at: r.created_at,
+                delivered_at: r.delivered_at,
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Start a follow-up job for a task whose latest job is over: a new `queued` job carrying
@@ -171,9 +158,65 @@ pub async fn follow_up(
         task_id,
         job_id: Some(job_id),
         author: author.to_string(),
-        kind: "instruction".to_owned(),
+        kind: CommentKind::Instruction,
         body: body.to_owned(),
         created_at: r.created_at,
         delivered_at: None,
     }))
+}
+
+/// Hand the interjections a job never read to another job (a follow-up that delivers them),
+/// in the caller's transaction.
+pub async fn move_unread(conn: &mut PgConnection, from: JobId, to: JobId) -> Result<(), DbError> {
+    sqlx::query!(
+        r#"
+        WITH moved AS (
+            UPDATE comments SET job_id = $2
+             WHERE job_id = $1 AND kind = 'interjection' AND delivered_at IS NULL
+         RETURNING id
+        )
+        UPDATE jobs SET pending_interjections = (SELECT count(*) FROM moved) WHERE id = $2
+        "#,
+        from.0,
+        to.0
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Add a comment for job `job_id` (in the caller's transaction).
+pub async fn insert(
+    conn: &mut PgConnection,
+    task_id: TaskId,
+    job_id: JobId,
+    author: &Owner,
+    kind: CommentKind,
+    body: &str,
+) -> Result<Comment, DbError> {
+    let row = sqlx::query!(
+        r#"
+        INSERT INTO comments (id, task_id, author, kind, body, job_id)
+        VALUES ($1, $2, $3, $4, $5, $6)
+        RETURNING id, created_at
+        "#,
+        Uuid::now_v7(),
+        task_id.0,
+        author.as_str(),
+        kind.as_str(),
+        body,
+        job_id.0
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(Comment {
+        id: row.id,
+        task_id,
+        job_id: Some(job_id),
+        author: author.to_string(),
+        kind,
+        body: body.to_owned(),
+        created_at: row.created_at,
+        delivered_at: None,
+    })
 }

@@ -1,9 +1,10 @@
-//! Reading events. Events are written only through [`crate::jobs::append`],
-//! [`crate::jobs::claim`] and [`crate::tasks::create`], which hand out the sequence numbers.
+//! Events: reading them, and appending them to a job no worker holds. Every writer hands out
+//! the sequence numbers from the counters on `tasks` and `jobs` in the inserting statement
+//! (here, [`crate::jobs::append`], [`crate::claims::claim`] and the creating statements).
 
 use chrono::{DateTime, Utc};
-use maestro_domain::{Event, EventKind, JobId, TaskId};
-use sqlx::PgPool;
+use maestro_domain::{Event, EventBody, EventKind, JobId, TaskId};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::DbError;
@@ -21,8 +22,8 @@ struct EventRow {
 impl TryFrom<EventRow> for Event {
     type Error = DbError;
     fn try_from(r: EventRow) -> Result<Self, DbError> {
-        let kind: EventKind = serde_json::from_value(serde_json::Value::String(r.kind.clone()))
-            .map_err(|_| DbError::Corrupt(format!("unknown event kind {:?}", r.kind)))?;
+        let kind = EventKind::parse(&r.kind)
+            .ok_or_else(|| DbError::corrupt(format!("unknown event kind {:?}", r.kind)))?;
         Ok(Event {
             task_id: TaskId(r.task_id),
             seq: r.seq,
@@ -70,4 +71,37 @@ pub async fn of_job(pool: &PgPool, job_id: JobId) -> Result<Vec<Event>, DbError>
     .fetch_all(pool)
     .await?;
     rows.into_iter().map(Event::try_from).collect()
+}
+
+/// Append events to a job no worker holds (a paused job, one just queued), in the caller's
+/// transaction.
+pub async fn push(
+    conn: &mut PgConnection,
+    job_id: JobId,
+    events: &[EventBody],
+) -> Result<(), DbError> {
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind().as_str()).collect();
+    let payloads: Vec<serde_json::Value> = events.iter().map(EventBody::payload).collect();
+    sqlx::query!(
+        r#"
+        WITH j AS (
+            UPDATE jobs SET last_job_seq = last_job_seq + cardinality($2::text[])
+             WHERE id = $1
+         RETURNING id, task_id, last_job_seq - cardinality($2::text[]) AS base
+        ), t AS (
+            UPDATE tasks SET last_seq = last_seq + cardinality($2::text[]), updated_at = now()
+              FROM j WHERE tasks.id = j.task_id
+         RETURNING tasks.id, tasks.last_seq - cardinality($2::text[]) AS base
+        )
+        INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+        SELECT t.id, t.base + x.ord, j.id, j.base + x.ord, x.kind, x.payload
+          FROM j, t, unnest($2::text[], $3::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
+        "#,
+        job_id.0,
+        &kinds as &[&str],
+        &payloads
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }

@@ -1,5 +1,6 @@
-//! Jobs: the atomic claim, fenced appends of events with an optional state change, lease
-//! extension, and the scans the scheduler uses.
+//! Jobs: fenced appends of events with an optional state change, lease extension, the
+//! scans the scheduler uses, and the writes a decision or an answer composes. The claim is in
+//! [`crate::claims`].
 //!
 //! Fencing: every claim increments `attempt`; a worker writes only with the attempt it
 //! claimed and only while the job is `running`. A worker that lost its lease (and so its
@@ -9,160 +10,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use maestro_domain::{EventBody, JobId, JobStatus, TaskId, WaitReason};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::DbError;
-use crate::tasks::parse_status;
-
-/// A job this worker now holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claimed {
-    pub job_id: JobId,
-    pub task_id: TaskId,
-    pub job_no: i32,
-    /// This claim's attempt number, the fencing token for every later write.
-    pub attempt: i32,
-    pub max_attempts: i32,
-    pub profile: String,
-    /// Task-wide seq of the `running` event this claim wrote.
-    pub claim_seq: i64,
-    pub owner: String,
-    pub instruction: String,
-    pub piece: String,
-    /// Where the piece starts, when the task says.
-    pub start_movement: Option<String>,
-    pub model: Option<String>,
-    /// When the job was created (stable across attempts, unlike the claim time).
-    pub created_at: DateTime<Utc>,
-    /// An ASK follow-up: the movement that asked, and the question the user answered.
-    pub resume_movement: Option<String>,
-    pub resume_question: Option<String>,
-    /// Questions asked of the user in this task before this job.
-    pub ask_count: i32,
-    /// Tools a person approved for the whole task.
-    pub grants: Vec<String>,
-    /// The task that delegated this one, if one did.
-    pub parent_task_id: Option<TaskId>,
-    /// How deep below a task nobody delegated this one is (0: it is such a task).
-    pub depth: i32,
-    /// The task whose workspace this one works in (its own, or its top task's).
-    pub workspace_id: TaskId,
-    /// The task's attempt limit per job as created (`max_attempts` grows with resumes).
-    pub task_max_attempts: i32,
-    /// Interjections waiting for this job when it was claimed.
-    pub pending_interjections: i32,
-}
-
-/// Why a job could not be claimed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NotClaimed {
-    /// No such job.
-    Missing,
-    /// Another worker holds it until the lease expires.
-    Leased { lease_expires_at: DateTime<Utc> },
-    /// Its retry time has not come.
-    RetryLater { next_retry_at: DateTime<Utc> },
-    /// Terminal or waiting: nothing to run.
-    Settled(JobStatus),
-}
-
-/// Claim the job: `queued`, a due `retry`, or `running` under an expired lease becomes
-/// `running` under this worker, with a `running` event, in one statement.
-pub async fn claim(
-    pool: &PgPool,
-    job_id: JobId,
-    worker_id: &str,
-    lease: Duration,
-) -> Result<Result<Claimed, NotClaimed>, DbError> {
-    let row = sqlx::query!(
-        r#"
-        WITH j AS (
-            UPDATE jobs
-               SET status = 'running', attempt = attempt + 1, worker_id = $2,
-                   lease_expires_at = now() + make_interval(secs => $3),
-                   started_at = COALESCE(started_at, now()), next_retry_at = NULL,
-                   wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now(),
-                   redispatches = 0
-             WHERE id = $1
-               AND (status = 'queued'
-                    OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
-                    OR (status = 'running' AND lease_expires_at < now()))
-         RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at,
-                   resume_movement, resume_question, ask_count, pending_interjections
-        ), t AS (
-            UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
-              FROM j WHERE tasks.id = j.task_id
-         RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece,
-                   tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
-                   COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
-                   tasks.max_attempts AS task_max_attempts
-        ), e AS (
-            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
-            SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
-                   jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
-              FROM j, t
-        )
-        SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
-               j.resume_movement, j.resume_question, j.ask_count, j.pending_interjections,
-               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model, t.start_movement,
-               t.parent_task_id, t.depth, t.workspace_id AS "workspace_id!",
-               COALESCE(t.task_max_attempts, j.max_attempts) AS "task_max_attempts!",
-               ARRAY(SELECT g.tool FROM task_grants g WHERE g.task_id = j.task_id ORDER BY g.tool)
-                   AS "grants!"
-          FROM j, t
-        "#,
-        job_id.0,
-        worker_id,
-        lease.as_secs_f64(),
-    )
-    .fetch_optional(pool)
-    .await?;
-    if let Some(r) = row {
-        return Ok(Ok(Claimed {
-            job_id: JobId(r.id),
-            task_id: TaskId(r.task_id),
-            job_no: r.job_no,
-            attempt: r.attempt,
-            max_attempts: r.max_attempts,
-            profile: r.profile,
-            claim_seq: r.claim_seq,
-            owner: r.owner,
-            instruction: r.instruction,
-            piece: r.piece,
-            start_movement: r.start_movement,
-            model: r.model,
-            created_at: r.created_at,
-            resume_movement: r.resume_movement,
-            resume_question: r.resume_question,
-            ask_count: r.ask_count,
-            grants: r.grants,
-            parent_task_id: r.parent_task_id.map(TaskId),
-            depth: r.depth,
-            workspace_id: TaskId(r.workspace_id),
-            task_max_attempts: r.task_max_attempts,
-            pending_interjections: r.pending_interjections,
-        }));
-    }
-    let state = sqlx::query!(
-        "SELECT status, lease_expires_at, next_retry_at FROM jobs WHERE id = $1",
-        job_id.0
-    )
-    .fetch_optional(pool)
-    .await?;
-    let Some(state) = state else {
-        return Ok(Err(NotClaimed::Missing));
-    };
-    let status = parse_status(&state.status)?;
-    Ok(Err(
-        match (status, state.lease_expires_at, state.next_retry_at) {
-            (JobStatus::Running, Some(lease_expires_at), _) => {
-                NotClaimed::Leased { lease_expires_at }
-            }
-            (JobStatus::Retry, _, Some(next_retry_at)) => NotClaimed::RetryLater { next_retry_at },
-            (status, _, _) => NotClaimed::Settled(status),
-        },
-    ))
-}
 
 /// The holder of a job: only writes made with the claimed attempt are accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,13 +271,137 @@ pub async fn held(pool: &PgPool, fence: Fence) -> Result<bool, DbError> {
 pub async fn latest(
     pool: &PgPool,
     task_id: TaskId,
-) -> Result<Option<(JobId, JobStatus, Option<String>)>, DbError> {
+) -> Result<Option<(JobId, JobStatus, Option<WaitReason>)>, DbError> {
     let row = sqlx::query!(
         "SELECT id, status, wait_reason FROM jobs WHERE task_id = $1 ORDER BY job_no DESC LIMIT 1",
         task_id.0
     )
     .fetch_optional(pool)
     .await?;
-    row.map(|r| Ok((JobId(r.id), parse_status(&r.status)?, r.wait_reason)))
-        .transpose()
+    row.map(|r| {
+        let wait_reason = r.wait_reason.as_deref().map(crate::parse::wait_reason);
+        Ok((
+            JobId(r.id),
+            crate::parse::status(&r.status)?,
+            wait_reason.transpose()?,
+        ))
+    })
+    .transpose()
+}
+
+/// Move a paused job on after a decision: to `status` (queued again, or waiting for its
+/// subtasks alone), without a wait reason. Queued again, it gets one more claim: the next
+/// claim is a continuation, not another attempt at the work.
+pub async fn move_on(
+    conn: &mut PgConnection,
+    job_id: JobId,
+    status: JobStatus,
+) -> Result<(), DbError> {
+    sqlx::query!(
+        r#"
+        UPDATE jobs SET status = $2, wait_reason = NULL, updated_at = now(),
+                        max_attempts = max_attempts + CASE WHEN $2 = 'queued' THEN 1 ELSE 0 END
+         WHERE id = $1
+        "#,
+        job_id.0,
+        status.as_str()
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A task's latest job while it waits for the answer to its question, locked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asking {
+    pub id: JobId,
+    pub attempt: i32,
+    pub job_no: i32,
+    /// Questions asked in the task before this one.
+    pub ask_count: i32,
+}
+
+/// Lock the task's latest job if it waits for an answer (`waiting_human: ask`).
+pub async fn lock_asking(
+    conn: &mut PgConnection,
+    task_id: TaskId,
+) -> Result<Option<Asking>, DbError> {
+    let row = sqlx::query!(
+        r#"
+        SELECT id, attempt, job_no, ask_count FROM jobs
+         WHERE task_id = $1 AND status = 'waiting_human' AND wait_reason = 'ask'
+           AND job_no = (SELECT max(job_no) FROM jobs WHERE task_id = $1)
+           FOR UPDATE
+        "#,
+        task_id.0
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| Asking {
+        id: JobId(r.id),
+        attempt: r.attempt,
+        job_no: r.job_no,
+        ask_count: r.ask_count,
+    }))
+}
+
+/// End a job no worker holds (an answered question's job) with `status` and `result`.
+pub async fn settle(
+    conn: &mut PgConnection,
+    job_id: JobId,
+    status: JobStatus,
+    result: &str,
+) -> Result<(), DbError> {
+    sqlx::query!(
+        r#"
+        UPDATE jobs SET status = $2, wait_reason = NULL, result = $3,
+                        finished_at = now(), updated_at = now()
+         WHERE id = $1
+        "#,
+        job_id.0,
+        status.as_str(),
+        result
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A job to add to a task after its first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextJob<'a> {
+    pub id: JobId,
+    pub task_id: TaskId,
+    pub max_attempts: i32,
+    /// Where it starts and what it resumes with (an answered question).
+    pub resume_movement: Option<&'a str>,
+    pub resume_question: Option<&'a str>,
+    /// Questions asked in the task before it.
+    pub ask_count: i32,
+}
+
+/// Add a `queued` job to the task (the next `job_no`), in the caller's transaction; its
+/// `queued` event is the caller's ([`crate::events::push`]). Returns its `job_no`.
+pub async fn insert_next(conn: &mut PgConnection, job: &NextJob<'_>) -> Result<i32, DbError> {
+    let job_no = sqlx::query_scalar!(
+        r#"
+        WITH t AS (
+            UPDATE tasks SET job_count = job_count + 1, updated_at = now() WHERE id = $2
+         RETURNING job_count
+        )
+        INSERT INTO jobs (id, task_id, job_no, status, max_attempts, resume_movement,
+                          resume_question, ask_count)
+        SELECT $1, $2, t.job_count, 'queued', $3, $4, $5, $6 FROM t
+        RETURNING job_no
+        "#,
+        job.id.0,
+        job.task_id.0,
+        job.max_attempts,
+        job.resume_movement,
+        job.resume_question,
+        job.ask_count
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(job_no)
 }

@@ -1,30 +1,80 @@
-//! All of MAESTRO's SQL. One module per aggregate; functions take a pool or a connection so
-//! the caller owns the transaction. Writes on the job path are single statements (CTEs), so
-//! each state change is one round trip and one commit.
+//! All of MAESTRO's SQL. One module per aggregate. This crate stores and loads; it does not
+//! decide: what happens next is the domain's (pure functions in `maestro_domain`), and the
+//! service composes the two. Functions that stand alone take a pool (or any executor);
+//! functions that must run inside a caller's transaction take `&mut PgConnection`, so the
+//! caller owns the transaction boundary ([`begin`]). Writes on the job path are single
+//! statements (CTEs), so each state change there is one round trip and one commit.
 
 pub mod actions;
+pub mod claims;
 pub mod comments;
 pub mod dead_letters;
 pub mod events;
+pub mod grants;
 pub mod jobs;
+pub mod mcp_tokens;
 pub mod operations;
 pub mod outbox;
+mod parse;
 pub mod subtasks;
 pub mod tasks;
 pub mod webhooks;
 
 use std::time::Duration;
 
-pub use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+pub use sqlx::{PgConnection, PgPool};
 
-/// A database error, or stored data this version cannot read.
+/// A transaction a service owns: begin it with [`begin`], pass `&mut tx` to the functions
+/// that run inside it, and commit it with [`commit`].
+pub type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
+
+/// A database error, or stored data this version cannot read. Callers tell the kinds apart
+/// by variant; the driver's error is only the source.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
+    /// No connection (the database is down, restarting or saturated).
+    #[error("the database is unavailable (safe to retry): {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// A concurrent transaction won a lock race (a deadlock or a serialization failure).
+    #[error("a concurrent change got in the way (safe to retry): {0}")]
+    Contention(#[source] sqlx::Error),
     #[error("database error (usually safe to retry): {0}")]
-    Sqlx(#[from] sqlx::Error),
+    Query(#[source] sqlx::Error),
     #[error("stored data is not readable: {0}")]
     Corrupt(String),
+}
+
+impl From<sqlx::Error> for DbError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
+                DbError::Unavailable(e)
+            }
+            sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("40P01" | "40001")) =>
+            {
+                DbError::Contention(e)
+            }
+            _ => DbError::Query(e),
+        }
+    }
+}
+
+impl DbError {
+    pub(crate) fn corrupt(what: impl std::fmt::Display) -> Self {
+        DbError::Corrupt(what.to_string())
+    }
+}
+
+/// Begin a transaction.
+pub async fn begin(pool: &PgPool) -> Result<Tx, DbError> {
+    Ok(pool.begin().await?)
+}
+
+/// Commit a transaction.
+pub async fn commit(tx: Tx) -> Result<(), DbError> {
+    Ok(tx.commit().await?)
 }
 
 /// The migrations in the repository's `migrations/` folder, embedded in every binary.

@@ -5,15 +5,17 @@
 //! over NATS after their commit (`maestro_messaging::publish::wake_outbox`), not with NOTIFY,
 //! whose global lock would serialize every writing transaction.
 
+use maestro_domain::TaskId;
+use maestro_domain::topic::Topic;
 use sqlx::{PgConnection, PgPool};
 
 use crate::DbError;
 
-/// A message waiting to be published on `<prefix>.<topic>`.
+/// A message waiting to be published; `topic` says where (the relay spells the subject).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxRow {
     pub id: i64,
-    pub topic: String,
+    pub topic: Topic,
     pub msg_id: String,
     pub payload: serde_json::Value,
     pub traceparent: Option<String>,
@@ -21,17 +23,28 @@ pub struct OutboxRow {
 
 /// Lock and return the oldest unpublished rows (skipping rows another relay holds).
 pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, DbError> {
-    let rows = sqlx::query_as!(
-        OutboxRow,
+    let rows = sqlx::query!(
         r#"
-        SELECT id, topic, msg_id, payload, traceparent FROM outbox
+        SELECT id, topic, task_id, kind, msg_id, payload, traceparent FROM outbox
          ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
         "#,
         limit
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows)
+    rows.into_iter()
+        .map(|r| {
+            let topic = Topic::from_parts(&r.topic, r.task_id.map(TaskId), r.kind.as_deref())
+                .map_err(DbError::corrupt)?;
+            Ok(OutboxRow {
+                id: r.id,
+                topic,
+                msg_id: r.msg_id,
+                payload: r.payload,
+                traceparent: r.traceparent,
+            })
+        })
+        .collect()
 }
 
 /// Remove published rows.

@@ -3,21 +3,19 @@
 //!
 //! A child is created idempotently (its idempotency key is the parent job and the call's
 //! item key), so a parent job resumed after a crash finds the children it started instead of
-//! starting them twice. The parent records one `subtask` item per child and commits
-//! `waiting_subtasks`; [`join`] resolves an item when its child's latest job is over and
-//! queues every waiting parent with nothing left pending, in one transaction.
+//! starting them twice ([`insert_child`], then [`find_child`]). The parent records one
+//! `subtask` item per child and commits `waiting_subtasks`; the scheduler's join, in one
+//! transaction it owns, takes the items whose child is over ([`finished`]), stores their
+//! decisions ([`resolve`]) and queues every waiting parent with nothing left pending
+//! ([`queue_ready`]).
 
-use chrono::{DateTime, Utc};
-use maestro_domain::{
-    DecisionEvent, EventBody, JobId, JobStateChange, JobStatus, TaskId, WaitReason,
-};
-use serde::Serialize;
-use sqlx::PgPool;
+use maestro_domain::task::ChildTask;
+use maestro_domain::{ActionId, Decision, JobId, JobStatus, TaskId};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::DbError;
 use crate::jobs::Fence;
-use crate::tasks::parse_status;
 
 /// The start of the idempotency keys of subtasks (`subtask:<parent job>:<item key>`), which
 /// the API refuses in requests.
@@ -57,15 +55,29 @@ pub struct Spawned {
     pub created: bool,
 }
 
+/// What [`insert_child`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// The child, just created.
+    Created(Spawned),
+    /// The parent started this child before ([`find_child`] finds it).
+    Existed,
+    /// The parent job is no longer held by the fence: nothing was written.
+    NotHeld,
+}
+
+/// The idempotency key of the child a parent job starts for the call with item key `key`.
+fn child_key(parent: &Parent<'_>, key: &str) -> String {
+    format!("{KEY_PREFIX}{}:{key}", parent.fence.job_id)
+}
+
 /// Start a child task (queued, with its instruction comment and first event) unless the
-/// parent started it before. `None` when the parent job is no longer held by `fence`
-/// (nothing written).
-pub async fn spawn(
+/// parent started it before, in one statement.
+pub async fn insert_child(
     pool: &PgPool,
     parent: &Parent<'_>,
     new: &NewSubtask<'_>,
-) -> Result<Option<Spawned>, DbError> {
-    let key = format!("{KEY_PREFIX}{}:{}", parent.fence.job_id, new.key);
+) -> Result<Inserted, DbError> {
     let (task_id, job_id) = (Uuid::now_v7(), Uuid::now_v7());
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
     let row = sqlx::query!(
@@ -102,7 +114,7 @@ pub async fn spawn(
         new.instruction,
         new.piece,
         parent.model,
-        key,
+        child_key(parent, new.key),
         parent.task_id.0,
         parent.workspace_id.0,
         parent.depth + 1,
@@ -114,32 +126,35 @@ pub async fn spawn(
     )
     .fetch_one(pool)
     .await?;
-    if !row.held {
-        return Ok(None);
-    }
-    if row.created.is_some() {
-        return Ok(Some(Spawned {
+    Ok(match (row.held, row.created) {
+        (false, _) => Inserted::NotHeld,
+        (true, Some(_)) => Inserted::Created(Spawned {
             task_id: TaskId(task_id),
             job_id: JobId(job_id),
             created: true,
-        }));
-    }
+        }),
+        (true, None) => Inserted::Existed,
+    })
+}
+
+/// The child the parent started before for the call with item key `key`.
+pub async fn find_child(pool: &PgPool, parent: &Parent<'_>, key: &str) -> Result<Spawned, DbError> {
     let existing = sqlx::query!(
         r#"
         SELECT t.id, j.id AS job_id FROM tasks t JOIN jobs j ON j.task_id = t.id AND j.job_no = 1
          WHERE t.owner = $1 AND t.idempotency_key = $2 AND t.parent_job_id = $3
         "#,
         parent.owner,
-        key,
+        child_key(parent, key),
         parent.fence.job_id.0
     )
     .fetch_one(pool)
     .await?;
-    Ok(Some(Spawned {
+    Ok(Spawned {
         task_id: TaskId(existing.id),
         job_id: JobId(existing.job_id),
         created: false,
-    }))
+    })
 }
 
 /// A parent job the join queued again: dispatch it with `attempt`.
@@ -151,39 +166,90 @@ pub struct Resumed {
     pub profile: String,
 }
 
-/// Resolve the `subtask` items whose child is over (its latest job succeeded, failed or was
-/// cancelled: the child's status, result and error become the item's decision, with a
-/// `decision` event on the parent unless the parent's job is over itself), then queue again
-/// every `waiting_subtasks` job with no item left pending (with its `queued` event), in one
-/// transaction. Safe to run at any time and from several schedulers at once.
-pub async fn join(pool: &PgPool, limit: i64) -> Result<Vec<Resumed>, DbError> {
-    let mut tx = pool.begin().await?;
-    let resolved = sqlx::query!(
+/// A `subtask` item whose child is over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub action_id: ActionId,
+    /// The parent job that waits for it, and that job's status.
+    pub job_id: JobId,
+    pub job_status: JobStatus,
+    pub subtask_id: TaskId,
+    /// The child's latest job: its status (terminal), result and error.
+    pub status: JobStatus,
+    pub result: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Lock (skipping those another join holds) up to `limit` pending `subtask` items whose
+/// child's latest job is over.
+pub async fn finished(conn: &mut PgConnection, limit: i64) -> Result<Vec<Finished>, DbError> {
+    let rows = sqlx::query!(
         r#"
-        WITH done AS (
-            SELECT a.id, a.subtask_id, c.status, c.result, c.error
-              FROM required_actions a
-             CROSS JOIN LATERAL (SELECT status, result, error FROM jobs
-                                  WHERE task_id = a.subtask_id
-                                  ORDER BY job_no DESC LIMIT 1) c
-             WHERE a.kind = 'subtask' AND a.status = 'pending'
-               AND c.status IN ('succeeded', 'failed', 'cancelled')
-             LIMIT $1
-               FOR UPDATE OF a SKIP LOCKED
-        )
-        UPDATE required_actions a
-           SET status = 'resolved', decided_at = now(),
-               decision = jsonb_build_object('decision', done.status, 'by', 'scheduler',
-                                             'result', done.result, 'error', done.error)
-          FROM done, jobs p
-         WHERE a.id = done.id AND p.id = a.job_id
-        RETURNING a.id, a.job_id, done.subtask_id AS "subtask_id!", done.status,
-                  p.status AS parent_status
+        SELECT a.id, a.job_id, p.status AS job_status, a.subtask_id AS "subtask_id!",
+               c.status, c.result, c.error
+          FROM required_actions a
+          JOIN jobs p ON p.id = a.job_id
+         CROSS JOIN LATERAL (SELECT status, result, error FROM jobs
+                              WHERE task_id = a.subtask_id
+                              ORDER BY job_no DESC LIMIT 1) c
+         WHERE a.kind = 'subtask' AND a.status = 'pending'
+           AND c.status IN ('succeeded', 'failed', 'cancelled')
+         LIMIT $1
+           FOR UPDATE OF a SKIP LOCKED
         "#,
         limit
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(conn)
     .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(Finished {
+                action_id: ActionId(r.id),
+                job_id: JobId(r.job_id),
+                job_status: crate::parse::status(&r.job_status)?,
+                subtask_id: TaskId(r.subtask_id),
+                status: crate::parse::status(&r.status)?,
+                result: r.result,
+                error: r.error,
+            })
+        })
+        .collect()
+}
+
+/// Store the decisions on items (their status follows each verdict), in one statement.
+pub async fn resolve(
+    conn: &mut PgConnection,
+    decisions: &[(ActionId, Decision)],
+) -> Result<(), DbError> {
+    let ids: Vec<Uuid> = decisions.iter().map(|(id, _)| id.0).collect();
+    let statuses: Vec<&str> = decisions
+        .iter()
+        .map(|(_, d)| d.verdict.status().as_str())
+        .collect();
+    let stored = decisions
+        .iter()
+        .map(|(_, d)| serde_json::to_value(d))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(DbError::corrupt)?;
+    sqlx::query!(
+        r#"
+        UPDATE required_actions a
+           SET status = x.status, decision = x.decision, decided_at = now()
+          FROM unnest($1::uuid[], $2::text[], $3::jsonb[]) AS x(id, status, decision)
+         WHERE a.id = x.id
+        "#,
+        &ids,
+        &statuses as &[&str],
+        &stored
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Queue again every `waiting_subtasks` job with no item left pending (one more claim each:
+/// the next claim is a continuation). Their `queued` events are the caller's.
+pub async fn queue_ready(conn: &mut PgConnection) -> Result<Vec<Resumed>, DbError> {
     let queued = sqlx::query!(
         r#"
         UPDATE jobs SET status = 'queued', max_attempts = max_attempts + 1, updated_at = now()
@@ -193,9 +259,9 @@ pub async fn join(pool: &PgPool, limit: i64) -> Result<Vec<Resumed>, DbError> {
         RETURNING id, task_id, attempt, profile
         "#
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(conn)
     .await?;
-    let resumed: Vec<Resumed> = queued
+    Ok(queued
         .into_iter()
         .map(|r| Resumed {
             job_id: JobId(r.id),
@@ -203,67 +269,11 @@ pub async fn join(pool: &PgPool, limit: i64) -> Result<Vec<Resumed>, DbError> {
             attempt: r.attempt,
             profile: r.profile,
         })
-        .collect();
-    // A parent that is over (cancelled with its tree) is told nothing more.
-    let mut jobs: Vec<JobId> = resolved
-        .iter()
-        .filter(|r| {
-            !matches!(
-                r.parent_status.as_str(),
-                "succeeded" | "failed" | "cancelled"
-            )
-        })
-        .map(|r| JobId(r.job_id))
-        .collect();
-    jobs.extend(resumed.iter().map(|r| r.job_id));
-    jobs.sort_by_key(|j| j.0);
-    jobs.dedup();
-    for job in jobs {
-        let again = resumed.iter().find(|r| r.job_id == job);
-        let mut events = Vec::new();
-        for r in resolved.iter().filter(|r| r.job_id == job.0) {
-            let status = match again {
-                Some(_) => JobStatus::Queued,
-                None => parse_status(&r.parent_status)?,
-            };
-            events.push(EventBody::Decision(DecisionEvent {
-                action_id: r.id,
-                kind: WaitReason::Subtask,
-                decision: r.status.clone(),
-                by: "scheduler".to_owned(),
-                scope: None,
-                note: Some(format!("subtask {}", r.subtask_id)),
-                resumed: again.is_some(),
-                status: Some(status),
-            }));
-        }
-        if let Some(again) = again {
-            let mut change = JobStateChange::new(JobStatus::Queued, again.attempt);
-            change.reason = Some("every subtask the job waited for is over".to_owned());
-            events.push(EventBody::JobState(change));
-        }
-        crate::actions::push_events(&mut tx, job, &events).await?;
-    }
-    tx.commit().await?;
-    Ok(resumed)
-}
-
-/// A child task as its parent's API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Child {
-    pub id: TaskId,
-    pub parent_job_id: Option<JobId>,
-    pub instruction: String,
-    pub piece: String,
-    pub depth: i32,
-    pub status: JobStatus,
-    pub result: Option<String>,
-    pub error: Option<String>,
-    pub created_at: DateTime<Utc>,
+        .collect())
 }
 
 /// The children of a task (oldest first), each with its latest job's state.
-pub async fn children(pool: &PgPool, task_id: TaskId) -> Result<Vec<Child>, DbError> {
+pub async fn children(pool: &PgPool, task_id: TaskId) -> Result<Vec<ChildTask>, DbError> {
     let rows = sqlx::query!(
         r#"
         SELECT t.id, t.parent_job_id, t.instruction, t.piece, t.depth, t.created_at,
@@ -280,13 +290,13 @@ pub async fn children(pool: &PgPool, task_id: TaskId) -> Result<Vec<Child>, DbEr
     .await?;
     rows.into_iter()
         .map(|r| {
-            Ok(Child {
+            Ok(ChildTask {
                 id: TaskId(r.id),
                 parent_job_id: r.parent_job_id.map(JobId),
                 instruction: r.instruction,
                 piece: r.piece,
                 depth: r.depth,
-                status: parse_status(&r.status)?,
+                status: crate::parse::status(&r.status)?,
                 result: r.result,
                 error: r.error,
                 created_at: r.created_at,
@@ -318,9 +328,7 @@ pub async fn cancel_tree(
         let cancelled = match cancel_tree_once(pool, task_id, reason).await {
             Ok(cancelled) => cancelled,
             // Locks taken in another order by a concurrent join: Postgres picked this one.
-            Err(DbError::Sqlx(sqlx::Error::Database(e)))
-                if e.code().as_deref() == Some("40P01") && deadlocks < 5 =>
-            {
+            Err(DbError::Contention(_)) if deadlocks < 5 => {
                 deadlocks += 1;
                 continue;
             }

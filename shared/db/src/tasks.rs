@@ -2,7 +2,7 @@
 //! scoped to the owner so one user never reads another's tasks.
 
 use chrono::{DateTime, Utc};
-use maestro_domain::{JobId, JobStatus, Owner, TaskId, WaitReason};
+use maestro_domain::{JobId, JobRecord, JobStatus, Owner, TaskId, TaskRecord};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -27,38 +27,6 @@ pub struct NewTask<'a> {
     pub max_attempts: i32,
 }
 
-/// A task with its latest job.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskView {
-    pub id: TaskId,
-    pub instruction: String,
-    pub piece: String,
-    pub model: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub latest_job: Option<JobView>,
-    /// The task that delegated this one (a subtask), and how deep below the top it is.
-    pub parent_task_id: Option<TaskId>,
-    pub depth: i32,
-}
-
-/// The state of a job as the API shows it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct JobView {
-    pub id: JobId,
-    pub job_no: i32,
-    pub status: JobStatus,
-    pub wait_reason: Option<WaitReason>,
-    pub attempt: i32,
-    pub max_attempts: i32,
-    pub next_retry_at: Option<DateTime<Utc>>,
-    pub result: Option<String>,
-    pub error: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
 /// Record the piece the router chose for a task created for it (piece `auto`); a task
 /// whose piece is already set keeps it. Returns the task's piece.
 pub async fn resolve_piece(pool: &PgPool, id: TaskId, piece: &str) -> Result<String, DbError> {
@@ -79,7 +47,7 @@ pub async fn resolve_piece(pool: &PgPool, id: TaskId, piece: &str) -> Result<Str
 /// Insert the task, its instruction comment, its first job (`queued`) and that job's first
 /// event, in one statement, and return the new task. Returns `None`, writing nothing, when
 /// the owner already used this idempotency key.
-pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskView>, DbError> {
+pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecord>, DbError> {
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
     let row = sqlx::query!(
         r#"
@@ -118,14 +86,14 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskView>
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|row| TaskView {
+    Ok(row.map(|row| TaskRecord {
         id: new.id,
         instruction: new.instruction.to_owned(),
         piece: new.piece.to_owned(),
         model: new.model.map(str::to_owned),
         created_at: row.created_at,
         updated_at: row.created_at,
-        latest_job: Some(JobView {
+        latest_job: Some(JobRecord {
             id: new.job_id,
             job_no: 1,
             status: JobStatus::Queued,
@@ -173,8 +141,8 @@ pub async fn exists(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<bool, Db
 }
 
 /// One task of `owner`, with its latest job.
-pub async fn get(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<Option<TaskView>, DbError> {
-    Ok(query_views(pool, owner, Some(id), None, 1).await?.pop())
+pub async fn get(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<Option<TaskRecord>, DbError> {
+    Ok(query_records(pool, owner, Some(id), None, 1).await?.pop())
 }
 
 /// A page of `owner`'s tasks, newest first, strictly older than `before` when given.
@@ -183,24 +151,87 @@ pub async fn list(
     owner: &Owner,
     before: Option<TaskId>,
     limit: i64,
-) -> Result<Vec<TaskView>, DbError> {
-    query_views(pool, owner, None, before, limit).await
+) -> Result<Vec<TaskRecord>, DbError> {
+    query_records(pool, owner, None, before, limit).await
 }
 
-async fn query_views(
+/// A task row with its latest job's columns (all null when it has none).
+struct Row {
+    id: uuid::Uuid,
+    instruction: String,
+    piece: String,
+    model: Option<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    parent_task_id: Option<uuid::Uuid>,
+    depth: i32,
+    job_id: Option<uuid::Uuid>,
+    job_no: Option<i32>,
+    status: Option<String>,
+    wait_reason: Option<String>,
+    attempt: Option<i32>,
+    max_attempts: Option<i32>,
+    next_retry_at: Option<DateTime<Utc>>,
+    result: Option<String>,
+    error: Option<String>,
+    job_created_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<Row> for TaskRecord {
+    type Error = DbError;
+    fn try_from(r: Row) -> Result<Self, DbError> {
+        let latest_job = match (r.job_id, r.job_no, r.status, r.attempt, r.max_attempts) {
+            (Some(id), Some(job_no), Some(status), Some(attempt), Some(max_attempts)) => {
+                let wait_reason = r.wait_reason.as_deref().map(crate::parse::wait_reason);
+                Some(JobRecord {
+                    id: JobId(id),
+                    job_no,
+                    status: crate::parse::status(&status)?,
+                    wait_reason: wait_reason.transpose()?,
+                    attempt,
+                    max_attempts,
+                    next_retry_at: r.next_retry_at,
+                    result: r.result,
+                    error: r.error,
+                    created_at: r.job_created_at.unwrap_or(r.created_at),
+                    started_at: r.started_at,
+                    finished_at: r.finished_at,
+                })
+            }
+            _ => None,
+        };
+        Ok(TaskRecord {
+            id: TaskId(r.id),
+            instruction: r.instruction,
+            piece: r.piece,
+            model: r.model,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            latest_job,
+            parent_task_id: r.parent_task_id.map(TaskId),
+            depth: r.depth,
+        })
+    }
+}
+
+async fn query_records(
     pool: &PgPool,
     owner: &Owner,
     id: Option<TaskId>,
     before: Option<TaskId>,
     limit: i64,
-) -> Result<Vec<TaskView>, DbError> {
-    let rows = sqlx::query!(
+) -> Result<Vec<TaskRecord>, DbError> {
+    let rows = sqlx::query_as!(
+        Row,
         r#"
         SELECT t.id, t.instruction, t.piece, t.model, t.created_at, t.updated_at,
-               t.parent_task_id, t.depth, j.id AS "job_id?", j.job_no AS "job_no?", j.status AS "status?",
-               j.wait_reason, j.attempt AS "attempt?", j.max_attempts AS "max_attempts?",
-               j.next_retry_at, j.result, j.error, j.created_at AS "job_created_at?",
-               j.started_at, j.finished_at
+               t.parent_task_id, t.depth, j.id AS "job_id?", j.job_no AS "job_no?",
+               j.status AS "status?", j.wait_reason AS "wait_reason?", j.attempt AS "attempt?",
+               j.max_attempts AS "max_attempts?", j.next_retry_at AS "next_retry_at?",
+               j.result AS "result?", j.error AS "error?", j.created_at AS "job_created_at?",
+               j.started_at AS "started_at?", j.finished_at AS "finished_at?"
           FROM tasks t
           LEFT JOIN LATERAL (SELECT * FROM jobs WHERE jobs.task_id = t.id
                               ORDER BY job_no DESC LIMIT 1) j ON true
@@ -217,63 +248,5 @@ async fn query_views(
     )
     .fetch_all(pool)
     .await?;
-    rows.into_iter()
-        .map(|r| {
-            let latest_job = match (
-                r.job_id,
-                r.job_no,
-                r.status,
-                r.attempt,
-                r.max_attempts,
-                r.job_created_at,
-            ) {
-                (
-                    Some(id),
-                    Some(job_no),
-                    Some(status),
-                    Some(attempt),
-                    Some(max_attempts),
-                    Some(created_at),
-                ) => Some(JobView {
-                    id: JobId(id),
-                    job_no,
-                    status: parse_status(&status)?,
-                    wait_reason: r
-                        .wait_reason
-                        .as_deref()
-                        .map(parse_wait_reason)
-                        .transpose()?,
-                    attempt,
-                    max_attempts,
-                    next_retry_at: r.next_retry_at,
-                    result: r.result,
-                    error: r.error,
-                    created_at,
-                    started_at: r.started_at,
-                    finished_at: r.finished_at,
-                }),
-                _ => None,
-            };
-            Ok(TaskView {
-                id: TaskId(r.id),
-                instruction: r.instruction,
-                piece: r.piece,
-                model: r.model,
-                created_at: r.created_at,
-                updated_at: r.updated_at,
-                latest_job,
-                parent_task_id: r.parent_task_id.map(TaskId),
-                depth: r.depth,
-            })
-        })
-        .collect()
-}
-
-pub(crate) fn parse_status(s: &str) -> Result<JobStatus, DbError> {
-    s.parse().map_err(|e| DbError::Corrupt(format!("{e}")))
-}
-
-pub(crate) fn parse_wait_reason(s: &str) -> Result<WaitReason, DbError> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned()))
-        .map_err(|_| DbError::Corrupt(format!("unknown wait reason {s:?}")))
+    rows.into_iter().map(TaskRecord::try_from).collect()
 }

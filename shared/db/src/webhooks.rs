@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use maestro_domain::notification::Notification;
+use maestro_domain::webhook::DeliveryStatus;
 use maestro_domain::{DeliveryId, Owner, WebhookId};
 use sqlx::PgPool;
 
@@ -96,7 +97,8 @@ pub struct Recorded {
 
 /// Record a notification in the owner's inbox and, in the same statement, one pending
 /// delivery per matching subscription plus the outbox rows that publish the notification on
-/// `notify.<type>` and each delivery on `webhooks.deliver`. Recording the same event twice
+/// its type's subject and each delivery on the deliveries subject (topics `notification` and
+/// `webhook_delivery`). Recording the same event twice
 /// changes nothing. The owner is the task's, read by the same statement (`data.owner` of
 /// the notification is filled in from it); a task that no longer exists gets nothing.
 pub async fn record_notification(
@@ -123,11 +125,12 @@ pub async fn record_notification(
                 ON s.owner = n.owner AND s.deleted_at IS NULL AND $2 = ANY (s.event_types)
             RETURNING id
         ), o AS (
-            INSERT INTO outbox (topic, msg_id, payload)
-            SELECT 'webhooks.deliver', 'delivery:' || d.id, jsonb_build_object('delivery_id', d.id)
+            INSERT INTO outbox (topic, kind, msg_id, payload)
+            SELECT 'webhook_delivery', NULL, 'delivery:' || d.id,
+                   jsonb_build_object('delivery_id', d.id)
               FROM d
             UNION ALL
-            SELECT 'notify.' || $2, 'notification:' || n.id, n.payload FROM n
+            SELECT 'notification', $2, 'notification:' || n.id, n.payload FROM n
         )
         SELECT (SELECT count(*) FROM n) AS "created!", (SELECT count(*) FROM d) AS "deliveries!"
         "#,
@@ -150,7 +153,7 @@ pub async fn record_notification(
 #[derive(Clone, PartialEq)]
 pub struct PendingDelivery {
     pub id: DeliveryId,
-    pub status: String,
+    pub status: DeliveryStatus,
     pub attempts: i32,
     pub url: String,
     pub secret: String,
@@ -187,16 +190,21 @@ pub async fn load_delivery(
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|r| PendingDelivery {
-        id: DeliveryId(r.id),
-        status: r.status,
-        attempts: r.attempts,
-        url: r.url,
-        secret: r.secret,
-        subscription_active: r.active,
-        notification_id: r.notification_id,
-        payload: r.payload,
-    }))
+    row.map(|r| {
+        Ok(PendingDelivery {
+            id: DeliveryId(r.id),
+            status: DeliveryStatus::parse(&r.status).ok_or_else(|| {
+                DbError::corrupt(format!("unknown delivery status {:?}", r.status))
+            })?,
+            attempts: r.attempts,
+            url: r.url,
+            secret: r.secret,
+            subscription_active: r.active,
+            notification_id: r.notification_id,
+            payload: r.payload,
+        })
+    })
+    .transpose()
 }
 
 /// The outcome of one delivery attempt.
@@ -219,13 +227,17 @@ pub async fn record_attempt(
     attempt: &Attempt,
 ) -> Result<(), DbError> {
     let (status, code, error) = match attempt {
-        Attempt::Delivered { status_code } => ("delivered", Some(*status_code), None),
+        Attempt::Delivered { status_code } => (DeliveryStatus::Delivered, Some(*status_code), None),
         Attempt::Failed {
             status_code,
             error,
             give_up,
         } => (
-            if *give_up { "failed" } else { "pending" },
+            if *give_up {
+                DeliveryStatus::Failed
+            } else {
+                DeliveryStatus::Pending
+            },
             *status_code,
             Some(error.as_str()),
         ),
@@ -239,7 +251,7 @@ pub async fn record_attempt(
          WHERE id = $1 AND status = 'pending'
         "#,
         id.0,
-        status,
+        status.as_str(),
         code,
         error
     )

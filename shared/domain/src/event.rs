@@ -27,6 +27,21 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    pub const ALL: [EventKind; 8] = [
+        EventKind::JobState,
+        EventKind::Message,
+        EventKind::ToolCall,
+        EventKind::ToolResult,
+        EventKind::Redispatch,
+        EventKind::Movement,
+        EventKind::Rewrite,
+        EventKind::Decision,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::JobState => "job_state",
@@ -178,6 +193,28 @@ pub struct DecisionEvent {
     /// The job's state right after the decision (absent in events written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<crate::JobStatus>,
+}
+
+impl DecisionEvent {
+    /// The event of `decision` on item `action_id` (of `kind`); `status` is the job's state
+    /// right after it.
+    pub fn new(
+        action_id: crate::ActionId,
+        kind: WaitReason,
+        decision: &crate::Decision,
+        status: JobStatus,
+    ) -> Self {
+        Self {
+            action_id: action_id.0,
+            kind,
+            decision: decision.verdict.name().to_owned(),
+            by: decision.by.clone(),
+            scope: decision.verdict.scope().map(|s| s.as_str().to_owned()),
+            note: decision.note.clone(),
+            resumed: matches!(status, JobStatus::Queued | JobStatus::Succeeded),
+            status: Some(status),
+        }
+    }
 }
 
 /// A complete message of the conversation (system, user or assistant). Streaming deltas of an

@@ -63,6 +63,10 @@ uuid_id!(
     JobId
 );
 uuid_id!(
+    /// A required action: one item a paused job waits for.
+    ActionId
+);
+uuid_id!(
     /// A webhook subscription.
     WebhookId
 );

@@ -8,7 +8,13 @@
 use std::fmt;
 use std::str::FromStr;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::ids::JobId;
+
+/// The worker profile every job is dispatched to until spaces bring others.
+pub const DEFAULT_PROFILE: &str = "default";
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -159,6 +165,62 @@ impl fmt::Display for WaitReason {
     }
 }
 
+/// A job as it stands: what the API shows of a task's latest job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub job_no: i32,
+    pub status: JobStatus,
+    pub wait_reason: Option<WaitReason>,
+    /// Claims so far.
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub next_retry_at: Option<DateTime<Utc>>,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// What a claim sees of a job it could not take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobState {
+    pub status: JobStatus,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+/// Why a job could not be claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotClaimed {
+    /// No such job.
+    Missing,
+    /// Another worker holds it until the lease expires.
+    Leased { lease_expires_at: DateTime<Utc> },
+    /// Its retry time has not come.
+    RetryLater { next_retry_at: DateTime<Utc> },
+    /// Terminal or waiting: nothing to run.
+    Settled(JobStatus),
+}
+
+impl NotClaimed {
+    /// Why a claim found nothing to take, from the job's status, lease and retry time as they
+    /// are now (`None`: the job does not exist).
+    pub fn of(state: Option<JobState>) -> NotClaimed {
+        let Some(state) = state else {
+            return NotClaimed::Missing;
+        };
+        match (state.status, state.lease_expires_at, state.next_retry_at) {
+            (JobStatus::Running, Some(lease_expires_at), _) => {
+                NotClaimed::Leased { lease_expires_at }
+            }
+            (JobStatus::Retry, _, Some(next_retry_at)) => NotClaimed::RetryLater { next_retry_at },
+            (status, _, _) => NotClaimed::Settled(status),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +237,33 @@ mod tests {
             );
         }
         assert!("done".parse::<JobStatus>().is_err());
+    }
+
+    #[test]
+    fn a_failed_claim_says_why() {
+        let at = Utc::now();
+        let state = |status, lease_expires_at, next_retry_at| {
+            Some(JobState {
+                status,
+                lease_expires_at,
+                next_retry_at,
+            })
+        };
+        assert_eq!(NotClaimed::of(None), NotClaimed::Missing);
+        assert_eq!(
+            NotClaimed::of(state(JobStatus::Running, Some(at), None)),
+            NotClaimed::Leased {
+                lease_expires_at: at
+            }
+        );
+        assert_eq!(
+            NotClaimed::of(state(JobStatus::Retry, None, Some(at))),
+            NotClaimed::RetryLater { next_retry_at: at }
+        );
+        assert_eq!(
+            NotClaimed::of(state(JobStatus::WaitingHuman, None, None)),
+            NotClaimed::Settled(JobStatus::WaitingHuman)
+        );
     }
 
     #[test]

@@ -294,6 +294,32 @@ impl Piece {
     }
 }
 
+impl Movement {
+    /// Why this movement refuses a tool the policy allows: it is not among the movement's
+    /// `allowed_tools` (wildcards allowed), or it writes files in a movement without `edit`.
+    /// (`shell` is left to `allowed_tools` and the policy's command rules.)
+    pub fn refusal(&self, tool: &str) -> Option<String> {
+        if let Some(allowed) = &self.allowed_tools
+            && !allowed
+                .iter()
+                .any(|pattern| crate::policy::wildcard(pattern, tool))
+        {
+            return Some(format!(
+                "movement `{}` does not use `{tool}`; its tools: {}",
+                self.name,
+                allowed.join(", ")
+            ));
+        }
+        if !self.edit && matches!(tool, "write_file" | "edit_file") {
+            return Some(format!(
+                "movement `{}` does not change files, so `{tool}` is refused",
+                self.name
+            ));
+        }
+        None
+    }
+}
+
 fn movement(
     piece: &str,
     names: &BTreeSet<String>,
@@ -534,5 +560,26 @@ movements:
             "name: chat\nmovements:\n  - name: a\n".into(),
         )]);
         assert_eq!(dup, Err(PieceError::DuplicatePiece("chat".into())));
+    }
+
+    #[test]
+    fn movements_narrow_the_tools() {
+        let catalog = Catalog::builtin();
+        let coding = catalog.get("coding").expect("coding");
+        let review = coding.movement("review").expect("review");
+        assert_eq!(review.refusal("read_file"), None);
+        let refused = review.refusal("write_file").expect("refused");
+        assert!(refused.contains("does not use `write_file`"), "{refused}");
+        let implement = coding.movement("implement").expect("implement");
+        assert_eq!(
+            implement.refusal("write_file"),
+            None,
+            "no allowed_tools: all"
+        );
+        let mut read_only = implement.clone();
+        read_only.edit = false;
+        read_only.allowed_tools = Some(vec!["*".into()]);
+        assert!(read_only.refusal("edit_file").is_some());
+        assert_eq!(read_only.refusal("mcp__files__read"), None);
     }
 }

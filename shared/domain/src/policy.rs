@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::mcp::McpServer;
 use crate::tools::{DELEGATE, builtin_tools, edits_files};
 
 /// What the tools of a workspace may do.
@@ -71,41 +72,6 @@ impl Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.reason)
-    }
-}
-
-/// A stdio MCP server: the program and its arguments, run in the sandbox. Its `Debug` shows
-/// the names of its environment variables only (a user's token travels in them).
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpServer {
-    pub command: Vec<String>,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Extra read-only paths the server needs (its installation).
-    #[serde(default)]
-    pub read_only_paths: Vec<String>,
-    /// The server needs a token the user supplies (`mcp_auth_required` until then).
-    #[serde(default)]
-    pub requires_auth: bool,
-    /// The environment variable the server reads its token from.
-    #[serde(default = "token_env")]
-    pub token_env: String,
-}
-
-fn token_env() -> String {
-    "MCP_AUTH_TOKEN".to_owned()
-}
-
-impl std::fmt::Debug for McpServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpServer")
-            .field("command", &self.command)
-            .field("env", &self.env.keys().collect::<Vec<_>>())
-            .field("read_only_paths", &self.read_only_paths)
-            .field("requires_auth", &self.requires_auth)
-            .field("token_env", &self.token_env)
-            .finish()
     }
 }
 

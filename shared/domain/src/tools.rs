@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::ids::{JobId, TaskId};
-use crate::policy::McpServer;
+pub use crate::mcp::{McpTarget, mcp_tool_name, split_mcp_tool_name};
 
 /// Name of the tool that ends a movement successfully.
 pub const COMPLETE: &str = "complete";
@@ -362,6 +362,17 @@ pub fn transition_tool(targets: &[String]) -> ToolSpec {
     )
 }
 
+/// A call's arguments as the model wrote them: a JSON object (an empty text counts as `{}`).
+/// `Err` is the tool result the model gets instead.
+pub fn parse_arguments(raw: &str) -> Result<Value, String> {
+    let raw = if raw.trim().is_empty() { "{}" } else { raw };
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) => Err("Error: arguments must be a JSON object".to_owned()),
+        Err(e) => Err(format!("Error: arguments are not valid JSON ({e})")),
+    }
+}
+
 /// A request to the tool-runner (`<prefix>.tools.exec`, request/reply).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolExecRequest {
@@ -389,13 +400,6 @@ pub struct ToolExecRequest {
     pub mcp: Option<McpTarget>,
 }
 
-/// An MCP server as the workspace policy configures it, named.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McpTarget {
-    pub name: String,
-    pub server: McpServer,
-}
-
 /// Ask a tool-runner for the tools of an MCP server (`<prefix>.tools.mcp.list`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpListRequest {
@@ -410,16 +414,6 @@ pub struct McpListReply {
     pub tools: Vec<ToolSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-}
-
-/// The offered name of an MCP server's tool: `mcp__<server>__<tool>`.
-pub fn mcp_tool_name(server: &str, tool: &str) -> String {
-    format!("mcp__{server}__{tool}")
-}
-
-/// Split an offered MCP tool name into server and tool.
-pub fn split_mcp_tool_name(name: &str) -> Option<(&str, &str)> {
-    name.strip_prefix("mcp__")?.split_once("__")
 }
 
 /// The tool-runner's answer. A tool that failed is still an answer (`ok = false`, the model

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, EventBody};
 use crate::ids::JobId;
@@ -90,7 +90,7 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
 }
 
 /// One line of a task's transcript.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TranscriptLine {
     pub job_id: JobId,
     #[serde(flatten)]

@@ -3,9 +3,11 @@
 //! This crate owns every subject name ([`Subjects`]), the payloads that travel on them
 //! ([`payloads`]), idempotent stream and consumer setup ([`setup`]), publishing with
 //! `Nats-Msg-Id` de-duplication and trace headers ([`publish`]) and the one consumer runner
-//! that turns a handler's [`Outcome`] into `ack`, `nak(delay)` or `term` ([`consumer`]).
+//! that turns a handler's [`Outcome`] into `ack`, `nak(delay)` or `term` ([`consumer`]), and
+//! the one place where what follows a commit happens ([`Bus::after_commit`]).
 
 pub mod backoff;
+pub mod bus;
 pub mod consumer;
 pub mod payloads;
 pub mod publish;
@@ -13,6 +15,7 @@ pub mod setup;
 pub mod subjects;
 pub mod trace;
 
+pub use bus::{AfterCommit, Bus};
 pub use consumer::{Delivery, Handler, Outcome, RunnerConfig};
 pub use subjects::{InvalidPrefix, Subjects};
 

@@ -70,6 +70,13 @@ pub enum JobControl {
     Cancel,
 }
 
+/// "Stop this job's running tool calls", on `<p>.tools.cancel` (core NATS, every
+/// tool-runner): the job was cancelled, so its tool processes are killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolsCancel {
+    pub job_id: JobId,
+}
+
 /// "Attempt this webhook delivery": published from the outbox on `<p>.webhooks.deliver`
 /// with `Nats-Msg-Id = delivery:<id>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,14 +16,22 @@ pub enum PublishError {
     Nats(#[from] async_nats::Error),
 }
 
-/// Headers for a message: its id, trace context, and any extra `(name, value)` pairs.
-pub fn headers(msg_id: &str, extra: &[(&str, &str)]) -> HeaderMap {
+/// Headers for a message: its id and the current trace context.
+pub fn headers(msg_id: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert("Nats-Msg-Id", msg_id);
-    for (name, value) in extra {
-        headers.insert(*name, *value);
-    }
     crate::trace::inject(&mut headers);
+    headers
+}
+
+/// Headers for a message published on behalf of a database row: its id and the trace
+/// context the row carried, if any.
+pub fn headers_traced(msg_id: &str, traceparent: Option<&str>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-Msg-Id", msg_id);
+    if let Some(traceparent) = traceparent {
+        headers.insert("traceparent", traceparent);
+    }
     headers
 }
 
@@ -47,7 +55,7 @@ pub async fn publish_json<T: Serialize>(
     value: &T,
 ) -> Result<(), PublishError> {
     let payload = Bytes::from(serde_json::to_vec(value)?);
-    publish(js, subject, headers(msg_id, &[]), payload).await
+    publish(js, subject, headers(msg_id), payload).await
 }
 
 /// Send a publish without waiting for the stream's acknowledgement; await the returned future
@@ -61,62 +69,4 @@ pub async fn start(
     js.publish_with_headers(subject, headers, payload)
         .await
         .map_err(|e| PublishError::Nats(e.into()))
-}
-
-/// Tell the outbox relay that rows were committed (a core NATS message, fire and forget).
-/// Sent by every writer after a commit that added outbox rows. A lost wake-up costs latency
-/// only: the relay also polls.
-pub async fn wake_outbox(nats: &async_nats::Client, subjects: &crate::Subjects) {
-    if let Err(e) = nats
-        .publish(subjects.outbox_wake(), bytes::Bytes::new())
-        .await
-    {
-        tracing::debug!(error = %e, "cannot wake the outbox relay; it will poll");
-    }
-}
-
-/// Tell the scheduler's subtask join that a child task's job may be over, or that a parent
-/// began to wait (a core NATS message, fire and forget). A lost wake-up costs latency only:
-/// the join also runs on a timer.
-pub async fn wake_joiner(nats: &async_nats::Client, subjects: &crate::Subjects) {
-    if let Err(e) = nats
-        .publish(subjects.subtasks_wake(), bytes::Bytes::new())
-        .await
-    {
-        tracing::debug!(error = %e, "cannot wake the subtask join; it will poll");
-    }
-}
-
-/// Dispatch a job to the workers of `profile` (de-duplicated by its dispatch id).
-pub async fn dispatch_job(
-    js: &jetstream::Context,
-    subjects: &crate::Subjects,
-    profile: &str,
-    dispatch: &crate::payloads::JobDispatch,
-) -> Result<(), PublishError> {
-    publish_json(
-        js,
-        subjects.dispatch(profile),
-        &dispatch.message_id(),
-        dispatch,
-    )
-    .await
-}
-
-/// Tell whoever runs a cancelled job to stop (best effort, core NATS): its worker (the job's
-/// control subject) and the tool-runners (its running tool processes are killed). A worker
-/// that misses it is fenced at its next write anyway.
-pub async fn stop_cancelled_job(
-    nats: &async_nats::Client,
-    subjects: &crate::Subjects,
-    job_id: maestro_domain::JobId,
-) {
-    let control = serde_json::to_vec(&crate::payloads::JobControl::Cancel).unwrap_or_default();
-    if let Err(e) = nats.publish(subjects.control(job_id), control.into()).await {
-        tracing::warn!(error = %e, %job_id, "cannot signal the job's worker");
-    }
-    let tools = serde_json::to_vec(&serde_json::json!({"job_id": job_id})).unwrap_or_default();
-    if let Err(e) = nats.publish(subjects.tools_cancel(), tools.into()).await {
-        tracing::warn!(error = %e, "cannot tell the tool-runners to stop the job's tools");
-    }
 }

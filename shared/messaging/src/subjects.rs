@@ -17,6 +17,7 @@
 //! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
 
 use maestro_domain::notification::NotificationType;
+use maestro_domain::topic::Topic;
 use maestro_domain::{EventKind, JobId, TaskId};
 
 /// Why a prefix was refused.
@@ -63,6 +64,30 @@ impl Subjects {
     /// `<p>.jobs.<job_id>.control`
     pub fn control(&self, job_id: JobId) -> String {
         format!("{}.jobs.{job_id}.control", self.prefix)
+    }
+
+    /// `<p>.jobs.*.control`: the control subjects of every job (a worker listens to all).
+    pub fn control_all(&self) -> String {
+        format!("{}.jobs.*.control", self.prefix)
+    }
+
+    /// The job a control subject is about (`None` for any other subject).
+    pub fn control_job(&self, subject: &str) -> Option<JobId> {
+        subject
+            .strip_prefix(&self.prefix)?
+            .strip_prefix(".jobs.")?
+            .strip_suffix(".control")?
+            .parse()
+            .ok()
+    }
+
+    /// The subject the outbox relay publishes a row of `topic` on.
+    pub fn of_topic(&self, topic: Topic) -> String {
+        match topic {
+            Topic::Event { task_id, kind } => self.event(task_id, kind),
+            Topic::Notification(kind) => self.notify(kind),
+            Topic::WebhookDelivery => self.webhook_deliver(),
+        }
     }
 
     /// The prefix of event subjects, without the trailing dot: `<p>.events`. The outbox
@@ -177,6 +202,27 @@ mod tests {
             "t-1.notify.task.succeeded"
         );
         assert_eq!(s.stream("JOBS"), "T_1_JOBS");
+    }
+
+    #[test]
+    fn control_subjects_name_their_job_and_topics_their_subject() {
+        let s = Subjects::new("t-1").expect("prefix");
+        let job = JobId::new();
+        assert_eq!(s.control_job(&s.control(job)), Some(job));
+        assert_eq!(s.control_all(), "t-1.jobs.*.control");
+        assert_eq!(s.control_job("t-1.jobs.dispatch.default"), None);
+        assert_eq!(s.control_job(&format!("t-2.jobs.{job}.control")), None);
+        let task = TaskId::new();
+        let event = Topic::Event {
+            task_id: task,
+            kind: EventKind::Decision,
+        };
+        assert_eq!(s.of_topic(event), s.event(task, EventKind::Decision));
+        assert_eq!(
+            s.of_topic(Topic::Notification(NotificationType::TaskFailed)),
+            "t-1.notify.task.failed"
+        );
+        assert_eq!(s.of_topic(Topic::WebhookDelivery), "t-1.webhooks.deliver");
     }
 
     #[test]

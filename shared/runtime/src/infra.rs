@@ -4,7 +4,7 @@
 use async_nats::jetstream;
 use maestro_db::PgPool;
 use maestro_messaging::setup::{self, SetupError};
-use maestro_messaging::{InvalidPrefix, Subjects};
+use maestro_messaging::{Bus, InvalidPrefix, Subjects};
 
 use crate::env::CommonSettings;
 
@@ -23,13 +23,11 @@ pub enum StartError {
     Streams(#[from] SetupError),
 }
 
-/// Connected infrastructure.
+/// Connected infrastructure: the database, and the bus (NATS, JetStream and the subjects).
 #[derive(Debug, Clone)]
 pub struct Infra {
-    pub subjects: Subjects,
     pub pool: PgPool,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
+    pub bus: Bus,
 }
 
 impl Infra {
@@ -47,10 +45,8 @@ impl Infra {
         let js = jetstream::new(nats.clone());
         setup::ensure_streams(&js, &subjects, &common.streams).await?;
         Ok(Self {
-            subjects,
             pool,
-            nats,
-            js,
+            bus: Bus { nats, js, subjects },
         })
     }
 }

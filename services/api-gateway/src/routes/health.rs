@@ -19,7 +19,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) 
     let postgres = tokio::time::timeout(Duration::from_secs(2), maestro_db::ping(&state.pool))
         .await
         .is_ok_and(|r| r.is_ok());
-    let nats = state.nats.connection_state() == async_nats::connection::State::Connected;
+    let nats = state.bus.nats.connection_state() == async_nats::connection::State::Connected;
     let ready = postgres && nats;
     let status = if ready {
         StatusCode::OK

@@ -99,13 +99,15 @@ async fn open(
         return Err(ApiError::NotFound("job"));
     }
     let events = state
+        .bus
         .nats
-        .subscribe(state.subjects.events_of_task(task_id))
+        .subscribe(state.bus.subjects.events_of_task(task_id))
         .await
         .map_err(anyhow::Error::from)?;
     let deltas = state
+        .bus
         .nats
-        .subscribe(state.subjects.deltas_of_task(task_id))
+        .subscribe(state.bus.subjects.deltas_of_task(task_id))
         .await
         .map_err(anyhow::Error::from)?;
     // Bounded per client (`SSE_BUFFER`): a client that stops reading holds this much, plus its
@@ -223,11 +225,12 @@ impl Pump {
     async fn replay_deltas(&mut self) -> Result<(), Gone> {
         let filter = self
             .state
+            .bus
             .subjects
             .deltas_after(self.task_id, self.last.seq);
-        let stream_name = self.state.subjects.stream(DELTAS);
+        let stream_name = self.state.bus.subjects.stream(DELTAS);
         let ordered = async {
-            let stream = self.state.js.get_stream(&stream_name).await.ok()?;
+            let stream = self.state.bus.js.get_stream(&stream_name).await.ok()?;
             let config = consumer::pull::OrderedConfig {
                 filter_subject: filter,
                 deliver_policy: consumer::DeliverPolicy::All,

@@ -5,30 +5,18 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use chrono::Utc;
+use maestro_api::{CreateWebhook, Webhook, WebhookList};
 use maestro_db::webhooks::Subscription;
 use maestro_domain::WebhookId;
 use maestro_domain::notification::NotificationType;
 use maestro_domain::webhook::WebhookSecret;
-use serde::{Deserialize, Serialize};
 
 use super::parse_id;
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
-use crate::views::WebhookJson;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateWebhook {
-    url: String,
-    /// Notification types to receive; all when absent.
-    #[serde(default)]
-    event_types: Option<Vec<String>>,
-    /// A `whsec_…` secret; generated when absent.
-    #[serde(default)]
-    secret: Option<String>,
-}
+use crate::views;
 
 fn validate_url(url: &str) -> Result<(), ApiError> {
     let parsed = parse_http_url(url)
@@ -58,7 +46,7 @@ pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,
     ApiJson(body): ApiJson<CreateWebhook>,
-) -> Result<(StatusCode, Json<WebhookJson>), ApiError> {
+) -> Result<(StatusCode, Json<Webhook>), ApiError> {
     validate_url(&body.url)?;
     let event_types = match body.event_types {
         None => NotificationType::ALL
@@ -100,12 +88,7 @@ pub async fn create(
     };
     maestro_db::webhooks::create(&state.pool, &owner, &sub).await?;
     tracing::info!(webhook_id = %sub.id, url = %sub.url, "webhook subscription created");
-    Ok((StatusCode::CREATED, Json(WebhookJson::new(sub, true))))
-}
-
-#[derive(Debug, Serialize)]
-pub struct WebhookList {
-    webhooks: Vec<WebhookJson>,
+    Ok((StatusCode::CREATED, Json(views::webhook(sub, true))))
 }
 
 /// `GET /api/webhooks`
@@ -115,10 +98,7 @@ pub async fn list(
 ) -> Result<Json<WebhookList>, ApiError> {
     let subs = maestro_db::webhooks::list(&state.pool, &owner).await?;
     Ok(Json(WebhookList {
-        webhooks: subs
-            .into_iter()
-            .map(|s| WebhookJson::new(s, false))
-            .collect(),
+        webhooks: subs.into_iter().map(|s| views::webhook(s, false)).collect(),
     }))
 }
 

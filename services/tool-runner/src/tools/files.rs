@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Limits, parse};
+use crate::call::{Limits, parse};
 use crate::workspace::Workspace;
 
 /// Most entries `list_files` and `glob` return.

@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
 
-use super::{Call, parse};
+use crate::call::{Call, parse};
 
 /// Most bytes of a response body shown.
 const MAX_BODY: usize = 64 * 1024;

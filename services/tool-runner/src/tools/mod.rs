@@ -9,36 +9,11 @@ mod packages;
 mod search;
 mod shell;
 
-use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::call::parse;
+pub use crate::call::{Call, Limits};
 use crate::sandbox::{self, Sandbox};
-use crate::workspace::Workspace;
-
-/// Output limits of the file tools.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_read_bytes: usize,
-    pub max_output_bytes: usize,
-}
-
-/// Everything a tool call may use.
-#[derive(Debug, Clone)]
-pub struct Call {
-    pub tool: String,
-    pub arguments: Value,
-    pub workspace: Workspace,
-    pub limits: Limits,
-    pub timeout: std::time::Duration,
-    pub network: bool,
-    pub allowed_hosts: Vec<String>,
-    pub operation_id: String,
-    /// The task the call is for.
-    pub task: maestro_domain::TaskId,
-    /// For an MCP tool: its server.
-    pub mcp: Option<maestro_domain::tools::McpTarget>,
-}
 
 /// What tools run with.
 #[derive(Debug, Clone)]
@@ -112,8 +87,4 @@ impl Toolbox {
             )),
         }
     }
-}
-
-pub(crate) fn parse<T: DeserializeOwned>(arguments: Value) -> Result<T, String> {
-    serde_json::from_value(arguments).map_err(|e| format!("invalid arguments: {e}"))
 }

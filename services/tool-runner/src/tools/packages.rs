@@ -5,11 +5,13 @@
 //! The worker never offers this tool to the model; it sends it only for a request a person
 //! approved, with names and versions it has checked to be plain tokens.
 
+use std::path::Path;
+
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{Call, parse};
-use crate::sandbox::{Exit, Invocation, Sandbox};
+use crate::call::{Call, parse};
+use crate::sandbox::{Exit, Invocation, ProgramOutput, Sandbox};
 
 /// Debian's bundle of the system's trusted CAs (visible in the sandbox under `/etc/ssl`).
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -30,7 +32,7 @@ struct Package {
 /// and a `package.json` whose dependencies are anything but registry packages at plain
 /// versions (a git URL, a tarball, a local path the model wrote in) stops the install — npm
 /// would fetch every dependency listed there.
-fn prepare_npm_prefix(workspace: &std::path::Path) -> Result<(), String> {
+fn prepare_npm_prefix(workspace: &Path) -> Result<(), String> {
     let prefix = workspace.join(".maestro/npm");
     match std::fs::remove_file(prefix.join(".npmrc")) {
         Ok(()) => tracing::warn!("removed a .npmrc from the workspace's npm prefix"),
@@ -71,7 +73,74 @@ pub async fn install(
     let package: Package = parse(call.arguments.clone())?;
     let version = package.version.as_deref().filter(|v| !v.is_empty());
     maestro_domain::tools::check_package(&package.manager, &package.name, version)?;
-    let argv: Vec<String> = match package.manager.as_str() {
+    let argv = installer(&package, version, call.workspace.root())?;
+    let invocation = Invocation {
+        workspace: call.workspace.root().to_path_buf(),
+        argv,
+        env: vec![
+            // Outside the workspace (the sandbox's private /tmp): no planted dotfiles count.
+            ("HOME".to_owned(), "/tmp".to_owned()),
+            ("MAESTRO_OPERATION_ID".to_owned(), call.operation_id.clone()),
+            // Trust the system's CA store (as pip does on Debian), so a registry behind a
+            // TLS-inspecting proxy with a locally trusted CA works for npm too.
+            (
+                "NODE_EXTRA_CA_CERTS".to_owned(),
+                SYSTEM_CA_BUNDLE.to_owned(),
+            ),
+        ],
+        network: true,
+        timeout: call.timeout,
+        stdin: None,
+        read_only: Vec::new(),
+    };
+    let output = sandbox
+        .run(&invocation, cancel)
+        .await
+        .map_err(|e| e.to_string())?;
+    outcome(&package, version, &output)
+}
+
+/// What the model is told of an installer's run.
+fn outcome(
+    package: &Package,
+    version: Option<&str>,
+    output: &ProgramOutput,
+) -> Result<String, String> {
+    let tail = |s: &str| {
+        let s = s.trim();
+        let mut start = s.len().saturating_sub(2000);
+        while !s.is_char_boundary(start) {
+            start += 1;
+        }
+        s[start..].to_owned()
+    };
+    match output.exit {
+        Exit::Code(0) => Ok(format!(
+            "installed {}{} with {} into {}",
+            package.name,
+            version.map(|v| format!(" {v}")).unwrap_or_default(),
+            package.manager,
+            if package.manager == "pip" {
+                ".maestro/pip (use PYTHONPATH=.maestro/pip)"
+            } else {
+                ".maestro/npm/node_modules"
+            }
+        )),
+        Exit::Code(code) => Err(format!(
+            "installing {} failed (exit code {code}):\n{}\n{}",
+            package.name,
+            tail(&output.stdout),
+            tail(&output.stderr)
+        )),
+        Exit::TimedOut => Err(format!("installing {} took too long", package.name)),
+        Exit::RunawayOutput => Err("the installer produced too much output".to_owned()),
+        Exit::Cancelled => Err("the job was cancelled".to_owned()),
+    }
+}
+
+/// The installer's command line for `package`, in the sandbox's view of the workspace.
+fn installer(package: &Package, version: Option<&str>, root: &Path) -> Result<Vec<String>, String> {
+    Ok(match package.manager.as_str() {
         "pip" => {
             let spec = match version {
                 Some(v) => format!("{}=={v}", package.name),
@@ -104,7 +173,7 @@ pub async fn install(
                 Some(v) => format!("{}@{v}", package.name),
                 None => package.name.clone(),
             };
-            prepare_npm_prefix(call.workspace.root())?;
+            prepare_npm_prefix(root)?;
             // No user, global or project configuration (registry, scripts) from anywhere the
             // model can write; no install scripts.
             [
@@ -127,58 +196,5 @@ pub async fn install(
             .to_vec()
         }
         other => return Err(format!("unknown package manager {other:?}")),
-    };
-    let invocation = Invocation {
-        workspace: call.workspace.root().to_path_buf(),
-        argv,
-        env: vec![
-            // Outside the workspace (the sandbox's private /tmp): no planted dotfiles count.
-            ("HOME".to_owned(), "/tmp".to_owned()),
-            ("MAESTRO_OPERATION_ID".to_owned(), call.operation_id.clone()),
-            // Trust the system's CA store (as pip does on Debian), so a registry behind a
-            // TLS-inspecting proxy with a locally trusted CA works for npm too.
-            (
-                "NODE_EXTRA_CA_CERTS".to_owned(),
-                SYSTEM_CA_BUNDLE.to_owned(),
-            ),
-        ],
-        network: true,
-        timeout: call.timeout,
-        stdin: None,
-        read_only: Vec::new(),
-    };
-    let output = sandbox
-        .run(&invocation, cancel)
-        .await
-        .map_err(|e| e.to_string())?;
-    let tail = |s: &str| {
-        let s = s.trim();
-        let mut start = s.len().saturating_sub(2000);
-        while !s.is_char_boundary(start) {
-            start += 1;
-        }
-        s[start..].to_owned()
-    };
-    match output.exit {
-        Exit::Code(0) => Ok(format!(
-            "installed {}{} with {} into {}",
-            package.name,
-            version.map(|v| format!(" {v}")).unwrap_or_default(),
-            package.manager,
-            if package.manager == "pip" {
-                ".maestro/pip (use PYTHONPATH=.maestro/pip)"
-            } else {
-                ".maestro/npm/node_modules"
-            }
-        )),
-        Exit::Code(code) => Err(format!(
-            "installing {} failed (exit code {code}):\n{}\n{}",
-            package.name,
-            tail(&output.stdout),
-            tail(&output.stderr)
-        )),
-        Exit::TimedOut => Err(format!("installing {} took too long", package.name)),
-        Exit::RunawayOutput => Err("the installer produced too much output".to_owned()),
-        Exit::Cancelled => Err("the job was cancelled".to_owned()),
-    }
+    })
 }

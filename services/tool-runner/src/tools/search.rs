@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use super::Limits;
 use super::files::{io_error, walk};
+use crate::call::Limits;
 use crate::workspace::Workspace;
 
 /// Most matching lines reported.

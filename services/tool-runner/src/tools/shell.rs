@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{Call, parse};
+use crate::call::{Call, parse};
 use crate::sandbox::{Exit, Invocation, Sandbox};
 
 #[derive(Deserialize)]

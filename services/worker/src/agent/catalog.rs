@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use maestro_db::jobs::Claimed;
+use maestro_db::claims::Claimed;
 use maestro_domain::piece::Piece;
 use maestro_domain::tools::{
     self, McpListReply, McpListRequest, McpTarget, ToolExecRequest, ToolSpec, WorkspaceContext,
 };
 
-use super::Shared;
+use super::context::Shared;
 use crate::tool_client;
 
 /// The offered tools, in their fixed order.
@@ -67,8 +67,8 @@ pub(super) async fn workspace_context(shared: &Shared, claim: &Claimed) -> Works
         ledgered: false,
         mcp: None,
     };
-    let subject = shared.subjects.tools_exec();
-    match tool_client::execute(&shared.nats, subject, &request, Duration::from_secs(5)).await {
+    let subject = shared.bus.subjects.tools_exec();
+    match tool_client::execute(&shared.bus.nats, subject, &request, Duration::from_secs(5)).await {
         Ok(reply) if reply.ok => serde_json::from_str(&reply.output).unwrap_or_default(),
         Ok(reply) => {
             tracing::warn!(error = %reply.output, "cannot read the workspace context");
@@ -122,8 +122,9 @@ async fn mcp_tools(
             .payload(payload)
             .timeout(Some(Duration::from_secs(30)));
         let reply = shared
+            .bus
             .nats
-            .send_request(shared.subjects.mcp_list(), message)
+            .send_request(shared.bus.subjects.mcp_list(), message)
             .await;
         match reply.map(|r| serde_json::from_slice::<McpListReply>(&r.payload)) {
             Ok(Ok(McpListReply {

@@ -4,13 +4,16 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use maestro_db::actions::{self, NewAction};
+use maestro_db::actions;
 use maestro_db::jobs::{self, Fence, Transition};
-use maestro_domain::{EventBody, JobStateChange, JobStatus, WaitReason};
+use maestro_domain::action::{NewAction, PauseFor};
+use maestro_domain::{ActionStatus, EventBody, JobId, JobStateChange, JobStatus, WaitReason};
 use maestro_llm::LlmError;
+use maestro_messaging::AfterCommit;
 use maestro_messaging::backoff::backoff;
 
-use super::{JobEnd, JobError, JobRun, Shared};
+use super::context::{JobEnd, JobError, Shared};
+use super::run::JobRun;
 
 /// Fail a job before any work (too many attempts, unknown piece).
 pub(super) async fn settle_failed(
@@ -27,30 +30,26 @@ pub(super) async fn settle_failed(
         c.error = Some(error.clone())
     });
     jobs::append(&shared.pool, fence, &[change], Some(&transition)).await??;
-    maestro_messaging::publish::wake_outbox(&shared.nats, &shared.subjects).await;
     // It may be a subtask whose parent waits for it.
-    maestro_messaging::publish::wake_joiner(&shared.nats, &shared.subjects).await;
+    let after = AfterCommit::events().wake_joiner();
+    shared.bus.after_commit(after).await;
     cancel_children(shared, fence.job_id).await;
     Ok(JobEnd::Failed(error))
 }
 
 /// A failed job's subtasks still running are cancelled (nobody will read their results). Best
 /// effort: the job's own end is committed already; a child left running only wastes work.
-async fn cancel_children(shared: &Shared, job_id: maestro_domain::JobId) {
+async fn cancel_children(shared: &Shared, job_id: JobId) {
     let reason = "the job that started it failed";
     match maestro_db::subtasks::cancel_children(&shared.pool, job_id, reason).await {
         Ok(cancelled) if cancelled.is_empty() => {}
         Ok(cancelled) => {
-            maestro_messaging::publish::wake_outbox(&shared.nats, &shared.subjects).await;
+            let mut after = AfterCommit::events();
             for job in cancelled {
                 tracing::info!(job_id = %job.job_id, "subtask cancelled: {reason}");
-                maestro_messaging::publish::stop_cancelled_job(
-                    &shared.nats,
-                    &shared.subjects,
-                    job.job_id,
-                )
-                .await;
+                after = after.stop(job.job_id);
             }
+            shared.bus.after_commit(after).await;
         }
         Err(e) => tracing::warn!(error = %e, "cannot cancel the failed job's subtasks"),
     }
@@ -74,11 +73,11 @@ impl JobRun<'_> {
             result: Some(result.clone()),
             ..Transition::to(JobStatus::Succeeded)
         };
-        self.unsaved
+        self.journal
             .push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| {
                 c.result = Some(result)
             }));
-        match self.commit(Some(transition)).await {
+        match self.journal.commit(Some(transition)).await {
             Ok(()) => {
                 tracing::info!(iterations = self.iterations, "job succeeded");
                 Ok(Some(JobEnd::Succeeded))
@@ -87,12 +86,7 @@ impl JobRun<'_> {
                 if !jobs::held(&self.shared.pool, self.fence).await? {
                     return Err(JobError::Fenced(fenced));
                 }
-                self.unsaved.pop(); // the succeeded state
-                self.unsaved.pop(); // complete's "ok"
-                self.messages.pop();
-                self.delivery
-                    .interjections
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                self.journal.withdraw_completion();
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -105,11 +99,11 @@ impl JobRun<'_> {
             error: Some(error.clone()),
             ..Transition::to(JobStatus::Failed)
         };
-        self.unsaved
+        self.journal
             .push(state_event(JobStatus::Failed, self.fence.attempt, |c| {
                 c.error = Some(error.clone())
             }));
-        self.commit(Some(transition)).await?;
+        self.journal.commit(Some(transition)).await?;
         cancel_children(self.shared, self.fence.job_id).await;
         Ok(JobEnd::Failed(error))
     }
@@ -131,13 +125,11 @@ impl JobRun<'_> {
         error: String,
         hint: Option<Duration>,
     ) -> Result<JobEnd, JobError> {
-        self.unsaved.clear();
+        self.journal.discard_unsaved();
         if self.fence.attempt >= self.claim.max_attempts {
+            let attempts = self.fence.attempt;
             return self
-                .fail(format!(
-                    "{error} (gave up after {} attempts)",
-                    self.fence.attempt
-                ))
+                .fail(format!("{error} (gave up after {attempts} attempts)"))
                 .await;
         }
         if self.delivery.last {
@@ -161,30 +153,30 @@ impl JobRun<'_> {
             next_retry_at: Some(next_retry_at),
             ..Transition::to(JobStatus::Retry)
         };
-        self.unsaved
+        self.journal
             .push(state_event(JobStatus::Retry, self.fence.attempt, |c| {
                 c.error = Some(error);
                 c.next_retry_at = Some(next_retry_at);
             }));
-        self.commit(Some(transition)).await?;
+        self.journal.commit(Some(transition)).await?;
         Ok(JobEnd::Retry(delay))
     }
 
     /// Hand the job back (`queued`, with its attempt refunded) so another worker takes it
     /// over from the last commit. Events not yet committed are dropped.
     pub(super) async fn release(&mut self) -> Result<JobEnd, JobError> {
-        self.unsaved.clear();
+        self.journal.discard_unsaved();
         let reason = "the worker is shutting down".to_owned();
         tracing::info!("releasing the job: {reason}");
         let transition = Transition {
             refund_attempt: true,
             ..Transition::to(JobStatus::Queued)
         };
-        self.unsaved
+        self.journal
             .push(state_event(JobStatus::Queued, self.fence.attempt, |c| {
                 c.reason = Some(reason)
             }));
-        self.commit(Some(transition)).await?;
+        self.journal.commit(Some(transition)).await?;
         Ok(JobEnd::Released)
     }
 
@@ -199,59 +191,41 @@ impl JobRun<'_> {
         items: Vec<NewAction>,
     ) -> Result<JobEnd, JobError> {
         tracing::warn!(%reason, %wait, items = items.len(), "pausing the job");
-        let subtasks = items.iter().any(|i| i.kind == WaitReason::Subtask);
+        let subtasks = items.iter().any(|i| i.kind() == WaitReason::Subtask);
         let recorded = actions::record(&self.shared.pool, self.claim.task_id, self.fence, &items)
             .await?
             .ok_or(jobs::Fenced(self.fence.job_id))?;
-        let recorded: Vec<_> = recorded
+        let pending: Vec<_> = recorded
             .into_iter()
-            .filter(|a| a.status == "pending")
+            .filter(|a| a.status == ActionStatus::Pending)
             .collect();
-        // The job waits for a person while any person's item is pending (of the kind asked
-        // for, else the first such), else for its subtasks.
-        let pending_kinds: Vec<WaitReason> = recorded
-            .iter()
-            .filter_map(|a| WaitReason::parse(&a.kind))
-            .filter(|k| k.is_human())
-            .collect();
-        let wait = if pending_kinds.contains(&wait) {
-            wait
-        } else {
-            pending_kinds.first().copied().unwrap_or(if subtasks {
-                WaitReason::Subtask
-            } else {
-                wait
-            })
-        };
-        if recorded.is_empty() && wait != WaitReason::Subtask {
+        let kinds: Vec<WaitReason> = pending.iter().map(|a| a.kind()).collect();
+        let Some((status, wait_reason)) = PauseFor::choose(wait, &kinds, subtasks).job_state()
+        else {
             // Every item is decided already (a provider reusing call ids could do this): a
             // pause would wait for nothing, so fail closed instead.
             let error = format!("a pause for {wait} found nothing left to wait for: {reason}");
             return self.fail(error).await;
-        }
+        };
         // Children that are over already (fast ones) are not waited for; with none left, the
         // join queues the job again at once.
-        let summaries: Vec<serde_json::Value> = recorded.iter().map(|a| a.summary()).collect();
-        let (status, wait_reason) = if wait.is_human() {
-            (JobStatus::WaitingHuman, Some(wait))
-        } else {
-            (JobStatus::WaitingSubtasks, None)
-        };
+        let summaries: Vec<serde_json::Value> = pending.iter().map(|a| a.summary()).collect();
         let transition = Transition {
             wait_reason,
             ..Transition::to(status)
         };
-        self.unsaved
+        self.journal
             .push(state_event(status, self.fence.attempt, |c| {
                 c.wait_reason = wait_reason;
                 c.reason = Some(reason);
                 c.required_actions = summaries;
             }));
-        self.commit(Some(transition)).await?;
+        self.journal.commit(Some(transition)).await?;
         if subtasks {
             // A child that ended while this pause was being committed found no waiting job to
             // queue: the join looks again now.
-            maestro_messaging::publish::wake_joiner(&self.shared.nats, &self.shared.subjects).await;
+            let after = AfterCommit::none().wake_joiner();
+            self.shared.bus.after_commit(after).await;
         }
         Ok(JobEnd::Paused)
     }

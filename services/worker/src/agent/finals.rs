@@ -5,10 +5,11 @@
 
 use maestro_domain::piece::{ABORT, COMPLETE};
 use maestro_domain::tools::{self, CompleteStatus};
-use maestro_domain::{Message, MessageEvent, ToolCall, WaitReason};
+use maestro_domain::{ActionDetail, Message, MessageEvent, ToolCall, WaitReason};
 use serde_json::Value;
 
-use super::{JobEnd, JobError, JobRun};
+use super::context::{JobEnd, JobError};
+use super::run::JobRun;
 use crate::conversation;
 
 /// What a final call asks for, once checked.
@@ -26,7 +27,7 @@ pub(super) enum Final {
 /// Check a `transition` or `complete` call against the movement it was made in (`targets`:
 /// the movement's ways out). `Err` is the tool result the model gets instead.
 pub(super) fn check(call: &ToolCall, targets: &[&str], movement: &str) -> Result<Final, String> {
-    let arguments = super::calls::parse_arguments(&call.function.arguments)?;
+    let arguments = tools::parse_arguments(&call.function.arguments)?;
     let text = |key: &str| {
         arguments
             .get(key)
@@ -85,7 +86,7 @@ impl JobRun<'_> {
         if finals.len() > 1 {
             let note = "Error: call `transition` or `complete` once, alone";
             for call in &finals {
-                self.record_result(call, note.to_owned(), true);
+                self.journal.record_result(call, note.to_owned(), true);
             }
             return Ok(None);
         }
@@ -101,7 +102,7 @@ impl JobRun<'_> {
         let decided = match check(&call, &targets, &movement.name) {
             Ok(decided) => decided,
             Err(error) => {
-                self.record_result(&call, error, true);
+                self.journal.record_result(&call, error, true);
                 return Ok(None);
             }
         };
@@ -110,55 +111,62 @@ impl JobRun<'_> {
             Final::End {
                 status: CompleteStatus::Success,
                 result,
-            } => {
-                self.record_result(&call, "ok".to_owned(), false);
-                if let Some(end) = self.succeed(result).await? {
-                    return Ok(Some(end));
-                }
-                // An interjection came in first: the model reads it before finishing.
-                let note = "Error: the user sent a message before the task was complete; \
-                            read it, then finish again";
-                self.record_result(&call, note.to_owned(), true);
-                Ok(None)
-            }
+            } => self.complete(&call, result).await,
             Final::End {
                 status: CompleteStatus::NeedsUserInput,
                 result,
-            } => {
-                let limit = self.shared.settings.max_asks;
-                if self.claim.ask_count >= limit {
-                    let error = format!(
-                        "Error: the user has been asked {limit} questions in this task, the most \
-                         allowed; finish with what you know (status `success` or `abort`)"
-                    );
-                    self.record_result(&call, error, true);
-                    return Ok(None);
-                }
-                let note =
-                    "ok: your question is with the user; their answer comes as the next message";
-                self.record_result(&call, note.to_owned(), false);
-                let item = maestro_db::actions::NewAction {
-                    key: self.item_key(&call),
-                    kind: WaitReason::Ask,
-                    movement: self.place.movement.clone(),
-                    source_seq: None,
-                    detail: serde_json::json!({"question": result}),
-                    subtask: None,
-                };
-                let reason = format!("the agent asks: {result}");
-                self.pause(WaitReason::Ask, reason, vec![item])
-                    .await
-                    .map(Some)
-            }
+            } => self.ask_user(&call, result).await,
             Final::End {
                 status: CompleteStatus::Abort,
                 result,
             } => {
-                self.record_result(&call, "ok".to_owned(), false);
+                self.journal.record_result(&call, "ok".to_owned(), false);
                 let error = format!("aborted in movement `{}`: {result}", self.place.movement);
                 self.fail(error).await.map(Some)
             }
         }
+    }
+
+    /// `complete` with success: the job succeeds, unless an interjection came in first (the
+    /// model reads it before finishing).
+    async fn complete(
+        &mut self,
+        call: &ToolCall,
+        result: String,
+    ) -> Result<Option<JobEnd>, JobError> {
+        self.journal.record_result(call, "ok".to_owned(), false);
+        if let Some(end) = self.succeed(result).await? {
+            return Ok(Some(end));
+        }
+        let note = "Error: the user sent a message before the task was complete; \
+                    read it, then finish again";
+        self.journal.record_result(call, note.to_owned(), true);
+        Ok(None)
+    }
+
+    /// `complete` with `needs_user_input`: the job pauses for the user's answer, within the
+    /// task's ask limit.
+    async fn ask_user(
+        &mut self,
+        call: &ToolCall,
+        question: String,
+    ) -> Result<Option<JobEnd>, JobError> {
+        let limit = self.shared.settings.max_asks;
+        if self.claim.ask_count >= limit {
+            let error = format!(
+                "Error: the user has been asked {limit} questions in this task, the most \
+                 allowed; finish with what you know (status `success` or `abort`)"
+            );
+            self.journal.record_result(call, error, true);
+            return Ok(None);
+        }
+        let note = "ok: your question is with the user; their answer comes as the next message";
+        self.journal.record_result(call, note.to_owned(), false);
+        let reason = format!("the agent asks: {question}");
+        let item = self.site(call).item(ActionDetail::Ask { question });
+        self.pause(WaitReason::Ask, reason, vec![item])
+            .await
+            .map(Some)
     }
 
     /// Move to `target`, unless the loop or revisit guard stops the job.
@@ -172,7 +180,8 @@ impl JobRun<'_> {
         let Some(next) = piece.movement(target) else {
             unreachable!("checked targets are movements of the piece");
         };
-        self.record_result(call, format!("ok: now in movement `{target}`"), false);
+        self.journal
+            .record_result(call, format!("ok: now in movement `{target}`"), false);
         let visits = self.place.visits.get(target).copied().unwrap_or(0);
         if self.place.entered >= piece.max_movements {
             let error = format!(
@@ -191,7 +200,7 @@ impl JobRun<'_> {
         let from = self.place.movement.clone();
         self.enter(next, Some(&from), Some(reason));
         let guidance: Message = conversation::entering(piece, next, &from, reason);
-        self.record(MessageEvent::plain(guidance));
+        self.journal.record(MessageEvent::plain(guidance));
         Ok(None)
     }
 }

@@ -15,7 +15,8 @@ use std::ops::Range;
 
 use maestro_domain::{EventBody, Message, RewriteEvent, Role};
 
-use super::{JobEnd, JobError, JobRun};
+use super::context::{JobEnd, JobError};
+use super::run::JobRun;
 
 /// Messages at the end of the conversation that are never compacted or summarized.
 pub const KEEP_RECENT: usize = 8;
@@ -180,11 +181,11 @@ impl JobRun<'_> {
         let max = self.shared.settings.max_prompt_tokens;
         let fixed = self.tools_json.get().len() / 4;
         let budget = max.saturating_sub(fixed);
-        let before = estimate(&self.messages);
+        let before = estimate(&self.journal.messages);
         if before <= budget {
             return Ok(None);
         }
-        let mut messages = self.messages.clone();
+        let mut messages = self.journal.messages.clone();
         let mut steps = Vec::new();
         if dedup(&mut messages) > 0 {
             steps.push("dedup".to_owned());
@@ -219,9 +220,11 @@ impl JobRun<'_> {
             return self.fail(error).await.map(Some);
         }
         tracing::info!(before, after, steps = ?steps, "prompt guard rewrote the conversation");
-        self.messages = messages.clone();
-        self.unsaved
-            .push(EventBody::Rewrite(RewriteEvent { steps, messages }));
+        let event = EventBody::Rewrite(RewriteEvent {
+            steps,
+            messages: messages.clone(),
+        });
+        self.journal.rewrite(messages, event);
         Ok(None)
     }
 }

@@ -6,7 +6,8 @@ use maestro_domain::{Message, Usage};
 use maestro_llm::{Accumulator, ChatRequest, Completion, LlmClient, LlmError, StreamEvent};
 use maestro_messaging::payloads::DeltaFragment;
 
-use super::{JobError, JobRun};
+use super::context::JobError;
+use super::run::{JobRun, Waits};
 
 /// Why a call produced no completion, other than losing the job.
 #[derive(Debug)]
@@ -23,7 +24,7 @@ impl JobRun<'_> {
         let request = ChatRequest {
             model: &self.model,
             tools: Some(&self.tools_json),
-            messages: &self.messages,
+            messages: &self.journal.messages,
         };
         let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());
         let waited = std::time::Instant::now();
@@ -36,7 +37,7 @@ impl JobRun<'_> {
             Ok(stream) => stream,
             Err(e) => return Ok(Err(Interrupt::Llm(e))),
         };
-        super::Waits::add(&self.waits.llm_us, waited);
+        Waits::add(&self.waits.llm_us, waited);
         let mut acc = Accumulator::default();
         loop {
             let waited = std::time::Instant::now();
@@ -45,14 +46,14 @@ impl JobRun<'_> {
                 _ = lost.cancelled() => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
                 _ = release.cancelled() => return Ok(Err(Interrupt::Released)),
             };
-            super::Waits::add(&self.waits.llm_us, waited);
+            Waits::add(&self.waits.llm_us, waited);
             let Some(event) = next else { break };
             let event = match event {
                 Ok(event) => event,
                 Err(e) => return Ok(Err(Interrupt::Llm(e))),
             };
             if let Some(fragment) = fragment_of(&event) {
-                self.deltas.publish(fragment).await;
+                self.journal.delta(fragment).await;
             }
             acc.push(&event);
         }

@@ -3,11 +3,11 @@
 //! piece (or no answer at all) falls back to `DEFAULT_PIECE`, so routing always settles. The
 //! choice is stored on the task, so every later attempt and job runs the same piece.
 
-use maestro_db::jobs::Claimed;
+use maestro_db::claims::Claimed;
 use maestro_domain::Message;
 use maestro_domain::piece::Catalog;
 
-use super::{JobError, Shared};
+use super::context::{JobError, Shared};
 
 /// The first words of the router's user message (scripted LLM scenarios match on them).
 pub const ROUTER_PROMPT: &str = "Choose the piece for this task.";

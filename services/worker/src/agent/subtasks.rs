@@ -9,150 +9,194 @@
 //! A child is created idempotently (keyed by the call's item key), so a parent that crashes
 //! after starting children finds them again instead of starting them twice.
 
-use maestro_db::actions::{Action, NewAction};
-use maestro_db::jobs;
-use maestro_db::subtasks::{self, NewSubtask, Parent};
-use maestro_domain::{ToolCall, WaitReason};
+use maestro_db::claims::Claimed;
+use maestro_db::jobs::{self, Fence};
+use maestro_db::subtasks::{self, Inserted, NewSubtask, Parent, Spawned};
+use maestro_domain::action::NewAction;
+use maestro_domain::piece::{Catalog, Movement};
+use maestro_domain::{Action, ActionDetail, ToolCall, Verdict};
+use maestro_messaging::AfterCommit;
 use maestro_messaging::payloads::JobDispatch;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::calls::movement_refusal;
-use super::gate::Gate;
-use super::{JobError, JobRun};
+use super::context::{JobError, Shared};
+use super::gate::{CallSite, Delegation, Gate};
 
-/// A checked `delegate` call, to start once the reply's other calls have run (a child must
-/// not read the workspace before the calls that came before it changed it).
-#[derive(Debug, Clone)]
-pub(super) struct Delegation {
-    key: String,
-    instruction: String,
-    piece: String,
+/// The `delegate` calls of the current reply, and the children whose results answered calls.
+#[derive(Debug, Default)]
+pub(super) struct Delegations {
+    /// `delegate` calls of the current reply that started (or found) a child.
+    turn: usize,
+    /// The subtask items whose results answered `delegate` calls since the last notice.
+    answered: Vec<Action>,
 }
 
-impl JobRun<'_> {
-    /// The gate of a `delegate` call: answered with its child's result when the child is
-    /// over (the job resumed), else checked, to be started by [`JobRun::start_subtasks`].
-    pub(super) fn gate_delegate(&mut self, call: &ToolCall, arguments: &Value) -> Gate {
-        let key = self.item_key(call);
-        if let Some(action) = self.decision(&key) {
-            let (content, is_error) = child_result(&action);
-            self.subtasks_answered.push(action);
+/// What a `delegate` call may ask for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits<'a> {
+    pub catalog: &'a Catalog,
+    /// The piece of a subtask whose call names none.
+    pub default_piece: &'a str,
+    pub per_turn: usize,
+}
+
+impl Delegations {
+    /// A new reply: its `delegate` calls count from zero.
+    pub fn new_turn(&mut self) {
+        self.turn = 0;
+    }
+
+    /// Whether children answered calls of this reply (on resume).
+    pub fn answered_any(&self) -> bool {
+        !self.answered.is_empty()
+    }
+
+    /// The items that answered calls since the last notice, to write the notice for.
+    pub fn take_answered(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.answered)
+    }
+
+    /// The gate of a `delegate` call: answered with its child's result when the child is over
+    /// (`decided`: its item, the job resumed), else checked, to be started by [`start`].
+    pub fn gate(
+        &mut self,
+        arguments: &Value,
+        site: &CallSite,
+        decided: Option<&Action>,
+        movement: &Movement,
+        limits: Limits<'_>,
+    ) -> Gate {
+        if let Some(action) = decided {
+            let (content, is_error) = child_result(action);
+            self.answered.push(action.clone());
             return Gate::Answer(content, is_error);
         }
-        let settings = &self.shared.settings;
-        if let Some(refusal) = movement_refusal(self.movement(), call.name()) {
-            return Gate::Answer(format!("Error: {refusal}"), true);
+        if let Some(refusal) = movement.refusal(maestro_domain::tools::DELEGATE) {
+            return Gate::error(format!("Error: {refusal}"));
         }
         let instruction = arguments["instruction"].as_str().unwrap_or_default().trim();
         if instruction.is_empty() {
-            let error = "Error: `instruction` is required: everything the sub-agent needs to know";
-            return Gate::Answer(error.to_owned(), true);
+            return Gate::error(
+                "Error: `instruction` is required: everything the sub-agent needs to know",
+            );
         }
         let piece = match arguments.get("piece") {
-            None | Some(Value::Null) => settings.subtask_piece.as_str(),
-            Some(Value::String(name)) if self.shared.catalog.get(name).is_some() => name,
+            None | Some(Value::Null) => limits.default_piece,
+            Some(Value::String(name)) if limits.catalog.get(name).is_some() => name,
             Some(other) => {
-                let error = format!("Error: no piece {other}; omit `piece` for the default");
-                return Gate::Answer(error, true);
+                return Gate::error(format!(
+                    "Error: no piece {other}; omit `piece` for the default"
+                ));
             }
         };
-        self.turn_delegates += 1;
-        if self.turn_delegates > settings.max_subtasks_per_turn {
-            let error = format!(
+        self.turn += 1;
+        if self.turn > limits.per_turn {
+            return Gate::error(format!(
                 "Error: one reply may start at most {} subtasks; start this one once those are done",
-                settings.max_subtasks_per_turn
-            );
-            return Gate::Answer(error, true);
+                limits.per_turn
+            ));
         }
         Gate::Spawn(Delegation {
-            key,
+            key: site.key.clone(),
             instruction: instruction.to_owned(),
             piece: piece.to_owned(),
         })
     }
+}
 
-    /// Start (or find, on a claim after a crash) the children of the checked `delegate`
-    /// calls and dispatch them; the items the job then waits for.
-    pub(super) async fn start_subtasks(
-        &mut self,
-        delegations: Vec<(ToolCall, Delegation)>,
-    ) -> Result<Vec<(ToolCall, NewAction)>, JobError> {
-        let claim = self.claim;
-        let parent = Parent {
-            fence: self.fence,
-            task_id: claim.task_id,
-            owner: &claim.owner,
-            model: claim.model.as_deref(),
-            profile: &claim.profile,
-            max_attempts: claim.task_max_attempts,
-            depth: claim.depth,
-            workspace_id: claim.workspace_id,
+/// Start (or find, on a claim after a crash) the children of the checked `delegate` calls and
+/// dispatch them; the items the job then waits for, made in `movement`.
+pub(super) async fn start(
+    shared: &Shared,
+    claim: &Claimed,
+    movement: &str,
+    delegations: Vec<(ToolCall, Delegation)>,
+) -> Result<Vec<(ToolCall, NewAction)>, JobError> {
+    let fence = Fence {
+        job_id: claim.job_id,
+        attempt: claim.attempt,
+    };
+    let parent = Parent {
+        fence,
+        task_id: claim.task_id,
+        owner: &claim.owner,
+        model: claim.model.as_deref(),
+        profile: &claim.profile,
+        max_attempts: claim.task_max_attempts,
+        depth: claim.depth,
+        workspace_id: claim.workspace_id,
+    };
+    let mut parked = Vec::with_capacity(delegations.len());
+    let mut after = AfterCommit::none();
+    for (call, delegation) in delegations {
+        let spawned = spawn(shared, &parent, &delegation).await?;
+        // Dispatched every time (the dispatch id de-duplicates it): a parent that crashed
+        // between starting the child and dispatching it heals here; the re-dispatcher also would.
+        let dispatch = JobDispatch {
+            job_id: spawned.job_id,
+            task_id: spawned.task_id,
+            attempt: 0,
         };
-        let mut parked = Vec::with_capacity(delegations.len());
-        for (call, delegation) in delegations {
-            let new = NewSubtask {
-                key: &delegation.key,
-                instruction: &delegation.instruction,
-                piece: &delegation.piece,
-            };
-            let spawned = subtasks::spawn(&self.shared.pool, &parent, &new)
-                .await?
-                .ok_or(jobs::Fenced(self.fence.job_id))?;
-            tracing::info!(
-                subtask_id = %spawned.task_id,
-                created = spawned.created,
-                piece = %delegation.piece,
-                "subtask started"
-            );
-            // Dispatched every time (the dispatch id de-duplicates it): a parent that crashed
-            // between starting the child and dispatching it heals here; the re-dispatcher
-            // also would.
-            let dispatch = JobDispatch {
-                job_id: spawned.job_id,
-                task_id: spawned.task_id,
-                attempt: 0,
-            };
-            let shared = self.shared;
-            if let Err(e) = maestro_messaging::publish::dispatch_job(
-                &shared.js,
-                &shared.subjects,
-                &claim.profile,
-                &dispatch,
-            )
-            .await
-            {
-                tracing::warn!(error = %e, "subtask dispatch not published; the scheduler will retry it");
-            }
-            let item = NewAction {
-                key: delegation.key,
-                kind: WaitReason::Subtask,
-                movement: self.place.movement.clone(),
-                source_seq: None,
-                detail: json!({
-                    "subtask_id": spawned.task_id,
-                    "instruction": delegation.instruction,
-                    "piece": delegation.piece,
-                }),
-                subtask: Some(spawned.task_id),
-            };
-            parked.push((call, item));
-        }
-        Ok(parked)
+        after = after.dispatch(&claim.profile, dispatch);
+        let site = CallSite {
+            key: delegation.key,
+            movement: movement.to_owned(),
+        };
+        let item = site.item(ActionDetail::Subtask {
+            subtask_id: spawned.task_id,
+            instruction: delegation.instruction,
+            piece: delegation.piece,
+        });
+        parked.push((call, item));
     }
+    shared.bus.after_commit(after).await;
+    Ok(parked)
+}
+
+/// The child of one delegation: created now, or found where an earlier claim created it.
+async fn spawn(
+    shared: &Shared,
+    parent: &Parent<'_>,
+    delegation: &Delegation,
+) -> Result<Spawned, JobError> {
+    let new = NewSubtask {
+        key: &delegation.key,
+        instruction: &delegation.instruction,
+        piece: &delegation.piece,
+    };
+    let spawned = match subtasks::insert_child(&shared.pool, parent, &new).await? {
+        Inserted::Created(spawned) => spawned,
+        Inserted::Existed => subtasks::find_child(&shared.pool, parent, &delegation.key).await?,
+        Inserted::NotHeld => return Err(jobs::Fenced(parent.fence.job_id).into()),
+    };
+    tracing::info!(
+        subtask_id = %spawned.task_id,
+        created = spawned.created,
+        piece = %delegation.piece,
+        "subtask started"
+    );
+    Ok(spawned)
 }
 
 /// What a `delegate` call is answered with once its child is over: `(content, is_error)`.
 pub(super) fn child_result(action: &Action) -> (String, bool) {
-    let id = action.detail["subtask_id"].as_str().unwrap_or("?");
-    let decision = action.decision.clone().unwrap_or_default();
-    let text = |key: &str| decision[key].as_str().unwrap_or_default().to_owned();
-    match decision["decision"].as_str() {
-        Some("succeeded") => (
-            format!("Subtask {id} succeeded. Its result:\n{}", text("result")),
+    let id = action
+        .detail
+        .subtask()
+        .map_or_else(|| "?".to_owned(), |t| t.to_string());
+    match action.verdict() {
+        Some(Verdict::Succeeded { result }) => (
+            format!(
+                "Subtask {id} succeeded. Its result:\n{}",
+                result.as_deref().unwrap_or_default()
+            ),
             false,
         ),
-        Some("failed") => (
-            format!("Error: subtask {id} failed: {}", text("error")),
+        Some(Verdict::Failed { error }) => (
+            format!(
+                "Error: subtask {id} failed: {}",
+                error.as_deref().unwrap_or_default()
+            ),
             true,
         ),
         _ => (format!("Error: subtask {id} was cancelled"), true),
@@ -164,11 +208,7 @@ pub(super) fn child_result(action: &Action) -> (String, bool) {
 pub(super) fn resume_notice(answered: &[Action], movement: &str) -> String {
     let succeeded = answered
         .iter()
-        .filter(|a| {
-            a.decision
-                .as_ref()
-                .is_some_and(|d| d["decision"] == "succeeded")
-        })
+        .filter(|a| matches!(a.verdict(), Some(Verdict::Succeeded { .. })))
         .count();
     let other = answered.len() - succeeded;
     let mut notice = format!(
@@ -188,20 +228,23 @@ pub(super) fn resume_notice(answered: &[Action], movement: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use maestro_domain::{JobId, TaskId};
+    use maestro_domain::{ActionId, ActionStatus, Decision, JobId, TaskId};
 
-    fn resolved(status: &str, result: Option<&str>, error: Option<&str>) -> Action {
+    fn resolved(child: TaskId, verdict: Verdict) -> Action {
         Action {
-            id: uuid::Uuid::now_v7(),
+            id: ActionId::new(),
             task_id: TaskId::new(),
             job_id: JobId::new(),
-            kind: "subtask".into(),
-            status: "resolved".into(),
+            status: ActionStatus::Resolved,
             key: "work/1/call_1".into(),
             movement: "work".into(),
             source_seq: Some(3),
-            detail: json!({"subtask_id": "c1", "instruction": "x", "piece": "chat"}),
-            decision: Some(json!({"decision": status, "result": result, "error": error})),
+            detail: ActionDetail::Subtask {
+                subtask_id: child,
+                instruction: "x".into(),
+                piece: "chat".into(),
+            },
+            decision: Some(Decision::new(verdict, "scheduler")),
             created_at: chrono::Utc::now(),
             decided_at: Some(chrono::Utc::now()),
         }
@@ -209,39 +252,49 @@ mod tests {
 
     #[test]
     fn children_answer_their_calls() {
+        let child = TaskId::new();
+        let succeeded = Verdict::Succeeded {
+            result: Some("42 files".into()),
+        };
         assert_eq!(
-            child_result(&resolved("succeeded", Some("42 files"), None)),
+            child_result(&resolved(child, succeeded)),
             (
-                "Subtask c1 succeeded. Its result:\n42 files".to_owned(),
+                format!("Subtask {child} succeeded. Its result:\n42 files"),
                 false
             )
         );
+        let failed = Verdict::Failed {
+            error: Some("LLM: 500".into()),
+        };
         assert_eq!(
-            child_result(&resolved("failed", None, Some("LLM: 500"))),
-            ("Error: subtask c1 failed: LLM: 500".to_owned(), true)
+            child_result(&resolved(child, failed)),
+            (format!("Error: subtask {child} failed: LLM: 500"), true)
         );
         assert_eq!(
-            child_result(&resolved("cancelled", None, None)),
-            ("Error: subtask c1 was cancelled".to_owned(), true)
+            child_result(&resolved(child, Verdict::Cancelled)),
+            (format!("Error: subtask {child} was cancelled"), true)
         );
     }
 
     #[test]
     fn the_resume_notice_counts_the_outcomes() {
-        let all_good = resume_notice(&[resolved("succeeded", Some("a"), None)], "work");
+        let ok = || {
+            resolved(
+                TaskId::new(),
+                Verdict::Succeeded {
+                    result: Some("a".into()),
+                },
+            )
+        };
+        let all_good = resume_notice(&[ok()], "work");
         assert_eq!(
             all_good,
             "[Subtasks finished] The 1 subtask(s) you started are over: 1 succeeded. Each \
              one's result is the result of its `delegate` call above. Continue movement `work` \
              with them."
         );
-        let mixed = resume_notice(
-            &[
-                resolved("succeeded", Some("a"), None),
-                resolved("failed", None, Some("e")),
-            ],
-            "review",
-        );
+        let failed = resolved(TaskId::new(), Verdict::Failed { error: None });
+        let mixed = resume_notice(&[ok(), failed], "review");
         assert!(mixed.contains("2 subtask(s)"), "{mixed}");
         assert!(
             mixed.contains("1 succeeded, 1 failed or were cancelled"),

@@ -1,0 +1,110 @@
+//! Where a comment goes (SPEC §3.2). The domain chooses by the state of the task's latest job
+//! (`maestro_domain::action::route_comment`); this carries the choice out: an interjection
+//! into the job, the answer to its question (a follow-up job resumes where it asked), a new
+//! follow-up job, or a refusal while the job waits for a decision. Every write is guarded on
+//! the job row, so a comment racing the job's end is routed again by the state that won.
+
+use maestro_api::{RoutedComment, RoutedTo};
+use maestro_db::comments;
+use maestro_domain::action::{CommentRoute, route_comment};
+use maestro_domain::job::DEFAULT_PROFILE;
+use maestro_domain::{Comment, JobId, Owner, TaskId};
+use maestro_messaging::AfterCommit;
+use maestro_messaging::payloads::JobDispatch;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// How often a comment is routed again when the job changed state under it.
+const ROUTING_ATTEMPTS: usize = 3;
+
+/// Route `text` from `author` to task `task_id` (which the author owns).
+pub async fn comment(
+    state: &AppState,
+    task_id: TaskId,
+    author: &Owner,
+    text: &str,
+) -> Result<RoutedComment, ApiError> {
+    for _ in 0..ROUTING_ATTEMPTS {
+        let latest = maestro_db::jobs::latest(&state.pool, task_id).await?;
+        let route = route_comment(latest.map(|(_, status, wait)| (status, wait)));
+        let routed = match (route, latest) {
+            (CommentRoute::DecideFirst(waiting), _) => {
+                return Err(ApiError::decide_first(waiting));
+            }
+            (CommentRoute::Interjection, Some((job_id, ..))) => {
+                interject(state, task_id, job_id, author, text).await?
+            }
+            (CommentRoute::Answer, _) => answer(state, task_id, author, text).await?,
+            (CommentRoute::FollowUp | CommentRoute::Interjection, _) => {
+                follow_up(state, task_id, author, text).await?
+            }
+        };
+        if let Some((comment, routed_to, after)) = routed {
+            state.bus.after_commit(after).await;
+            return Ok(RoutedComment { comment, routed_to });
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "busy",
+        message: "the task changed state while the comment was routed; retry".to_owned(),
+    })
+}
+
+/// A routed comment, where it went, and what follows its commit; `None` when the job was no
+/// longer in the state the route was chosen for (nothing written).
+type Routed = Option<(Comment, RoutedTo, AfterCommit)>;
+
+async fn interject(
+    state: &AppState,
+    task_id: TaskId,
+    job_id: JobId,
+    author: &Owner,
+    text: &str,
+) -> Result<Routed, ApiError> {
+    let comment = comments::interject(&state.pool, task_id, job_id, author, text).await?;
+    Ok(comment.map(|c| {
+        let after = AfterCommit::none().interjection(job_id);
+        (c, RoutedTo::Interjection, after)
+    }))
+}
+
+async fn answer(
+    state: &AppState,
+    task_id: TaskId,
+    author: &Owner,
+    text: &str,
+) -> Result<Routed, ApiError> {
+    let max_attempts = state.settings.job_max_attempts;
+    let answered = maestro_pauses::answer(
+        &state.pool,
+        task_id,
+        author,
+        text,
+        JobId::new(),
+        max_attempts,
+    )
+    .await?;
+    Ok(answered.map(|a| (a.comment, RoutedTo::Answer, a.after)))
+}
+
+async fn follow_up(
+    state: &AppState,
+    task_id: TaskId,
+    author: &Owner,
+    text: &str,
+) -> Result<Routed, ApiError> {
+    let job_id = JobId::new();
+    let max_attempts = state.settings.job_max_attempts;
+    let comment =
+        comments::follow_up(&state.pool, task_id, job_id, author, text, max_attempts).await?;
+    Ok(comment.map(|c| {
+        let dispatch = JobDispatch {
+            job_id,
+            task_id,
+            attempt: 0,
+        };
+        let after = AfterCommit::events().dispatch(DEFAULT_PROFILE, dispatch);
+        (c, RoutedTo::FollowUp, after)
+    }))
+}

@@ -1,0 +1,111 @@
+//! Checks of what a request names — an instruction, a piece and its start movement, a model,
+//! an `Idempotency-Key` — shared by the routes that create work. Each returns the API's 4xx.
+
+use axum::http::HeaderMap;
+use maestro_domain::piece;
+
+use crate::config::Settings;
+use crate::error::ApiError;
+
+/// A non-blank instruction of at most `MAX_INSTRUCTION_BYTES`, trimmed.
+pub fn instruction(settings: &Settings, text: &str) -> Result<String, ApiError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(ApiError::invalid(
+            "invalid_instruction",
+            "instruction must not be empty",
+        ));
+    }
+    let max = settings.max_instruction_bytes;
+    if text.len() > max {
+        return Err(ApiError::invalid(
+            "instruction_too_long",
+            format!("instruction is longer than {max} bytes"),
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// A piece of the catalog, or the router (`auto`); with a start movement, a movement of that
+/// piece (named explicitly, not the router).
+pub fn piece(
+    settings: &Settings,
+    piece: &str,
+    start_movement: Option<&str>,
+) -> Result<(), ApiError> {
+    let catalog = &settings.catalog;
+    let found = catalog.get(piece);
+    if found.is_none() && piece != piece::ROUTER {
+        let known: Vec<&str> = catalog.pieces().map(|p| p.name.as_str()).collect();
+        let message = format!(
+            "unknown piece {piece:?}; known pieces: {} (or {:?} to let the router choose)",
+            known.join(", "),
+            piece::ROUTER
+        );
+        return Err(ApiError::invalid("unknown_piece", message));
+    }
+    let Some(start) = start_movement else {
+        return Ok(());
+    };
+    let Some(found) = found else {
+        return Err(ApiError::invalid(
+            "invalid_start_movement",
+            "start_movement needs a piece named explicitly, not the router",
+        ));
+    };
+    if found.movement(start).is_none() {
+        let known: Vec<&str> = found.movements.iter().map(|m| m.name.as_str()).collect();
+        let message = format!(
+            "piece {piece:?} has no movement {start:?}; its movements: {}",
+            known.join(", ")
+        );
+        return Err(ApiError::invalid("invalid_start_movement", message));
+    }
+    Ok(())
+}
+
+/// A well-formed model name, one of `LLM_MODELS` when that is set.
+pub fn model(settings: &Settings, model: &str) -> Result<(), ApiError> {
+    let well_formed = !model.is_empty()
+        && model.len() <= 128
+        && model
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:/-@".contains(c));
+    if !well_formed {
+        return Err(ApiError::invalid(
+            "invalid_model",
+            "model is 1 to 128 characters of letters, digits and ._:/-@",
+        ));
+    }
+    let allowed = &settings.allowed_models;
+    if !allowed.is_empty() && !allowed.iter().any(|m| m == model) {
+        let message = format!(
+            "model {model:?} is not offered; offered: {}",
+            allowed.join(", ")
+        );
+        return Err(ApiError::invalid("unknown_model", message));
+    }
+    Ok(())
+}
+
+/// The request's `Idempotency-Key`, if it has one: 1 to 255 visible characters, not one of
+/// the keys subtasks use.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().ok().map(str::trim).unwrap_or_default();
+    if key.is_empty() || key.len() > 255 {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key is 1 to 255 visible ASCII characters",
+        ));
+    }
+    if key.starts_with(maestro_db::subtasks::KEY_PREFIX) {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            "Idempotency-Key may not start with `subtask:` (the keys of subtasks)",
+        ));
+    }
+    Ok(Some(key.to_owned()))
+}

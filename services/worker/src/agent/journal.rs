@@ -1,0 +1,193 @@
+//! The conversation and its journal: the messages the model sees, the events not committed
+//! yet, and the one commit that makes them durable (with a state change when the job moves
+//! on), followed by what the commit announces. Interjections enter here too: as `user`
+//! messages appended after everything so far (never earlier), marked delivered by the commit
+//! that carries them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use maestro_db::PgPool;
+use maestro_db::claims::Claimed;
+use maestro_db::jobs::{self, Fence, Transition};
+use maestro_domain::{EventBody, Message, MessageEvent, ToolCall, ToolResultEvent};
+use maestro_messaging::payloads::DeltaFragment;
+use maestro_messaging::{AfterCommit, Bus};
+
+use super::context::JobError;
+use crate::deltas::DeltaPublisher;
+
+/// How often a job looks for interjections without being signalled.
+const INTERJECTION_POLL: Duration = Duration::from_secs(2);
+
+/// Precedes an interjection in the conversation.
+const INTERJECTION_HEADER: &str = "[The user sent this message while you were working]";
+
+/// One job's conversation and the events it has not committed yet.
+#[derive(Debug)]
+pub(super) struct Journal {
+    pool: PgPool,
+    bus: Bus,
+    fence: Fence,
+    /// A subtask's end wakes the join: its parent may be waiting for it.
+    subtask: bool,
+    /// The conversation as the model sees it.
+    pub messages: Vec<Message>,
+    unsaved: Vec<EventBody>,
+    /// Interjections whose user messages are among the unsaved events.
+    delivering: Vec<uuid::Uuid>,
+    /// Set when an interjection is signalled; checked at least every [`INTERJECTION_POLL`].
+    signalled: Arc<AtomicBool>,
+    last_interjection_check: Instant,
+    deltas: DeltaPublisher,
+    /// Task-wide seq of the last committed event.
+    last_seq: i64,
+    /// The next `gen_call_<n>` for a call the model gave no id.
+    pub next_generated_id: u32,
+}
+
+impl Journal {
+    pub fn new(pool: &PgPool, bus: &Bus, claim: &Claimed, signalled: Arc<AtomicBool>) -> Self {
+        let deltas = DeltaPublisher::new(
+            bus.nats.clone(),
+            bus.subjects.clone(),
+            claim.task_id,
+            claim.job_id,
+            claim.claim_seq,
+        );
+        Self {
+            pool: pool.clone(),
+            bus: bus.clone(),
+            fence: Fence {
+                job_id: claim.job_id,
+                attempt: claim.attempt,
+            },
+            subtask: claim.parent_task_id.is_some(),
+            messages: Vec::new(),
+            unsaved: Vec::new(),
+            delivering: Vec::new(),
+            signalled,
+            last_interjection_check: Instant::now(),
+            deltas,
+            last_seq: claim.claim_seq,
+            next_generated_id: 1,
+        }
+    }
+
+    /// Add a message to the conversation and to the events to commit next.
+    pub fn record(&mut self, event: MessageEvent) {
+        self.messages.push(event.message.clone());
+        self.unsaved.push(EventBody::Message(event));
+    }
+
+    /// Answer `call` in the conversation, with its `tool_result` event.
+    pub fn record_result(&mut self, call: &ToolCall, content: String, is_error: bool) {
+        self.messages
+            .push(Message::tool(call.id.clone(), content.clone()));
+        self.unsaved.push(EventBody::ToolResult(ToolResultEvent {
+            call_id: call.id.clone(),
+            name: call.name().to_owned(),
+            content,
+            is_error,
+        }));
+    }
+
+    /// An event that is not a message (a movement, a tool call, a state change, a rewrite).
+    pub fn push(&mut self, event: EventBody) {
+        self.unsaved.push(event);
+    }
+
+    /// Replace the conversation (the prompt guard rewrote it), recording the rewrite.
+    pub fn rewrite(&mut self, messages: Vec<Message>, event: EventBody) {
+        self.messages = messages;
+        self.unsaved.push(event);
+    }
+
+    /// Drop what is not committed: a retry or a hand-back rebuilds from the commits.
+    pub fn discard_unsaved(&mut self) {
+        self.unsaved.clear();
+    }
+
+    /// Take back the last `complete` (its `ok` result and the success that followed it): an
+    /// interjection came in first, which the model must read before it finishes.
+    pub fn withdraw_completion(&mut self) {
+        self.unsaved.pop(); // the succeeded state
+        self.unsaved.pop(); // complete's "ok"
+        self.messages.pop();
+        self.signalled.store(true, Ordering::SeqCst);
+    }
+
+    /// Give calls the model left without an id one: `gen_call_<n>`, counting per job.
+    pub fn assign_ids(&mut self, mut calls: Vec<ToolCall>) -> Vec<ToolCall> {
+        for call in &mut calls {
+            if call.id.is_empty() {
+                call.id = format!("gen_call_{}", self.next_generated_id);
+                self.next_generated_id += 1;
+            }
+        }
+        calls
+    }
+
+    /// Publish a live fragment of the message being generated.
+    pub async fn delta(&mut self, fragment: DeltaFragment) {
+        self.deltas.publish(fragment).await;
+    }
+
+    /// Commit the unsaved events (and a state change) in one statement, marking the
+    /// interjections they deliver, then announce the commit. When the write is refused the
+    /// events stay unsaved.
+    pub async fn commit(&mut self, transition: Option<Transition>) -> Result<(), JobError> {
+        if self.unsaved.is_empty() && transition.is_none() {
+            return Ok(());
+        }
+        let events = std::mem::take(&mut self.unsaved);
+        let written = jobs::append_delivering(
+            &self.pool,
+            self.fence,
+            &events,
+            transition.as_ref(),
+            &self.delivering,
+        )
+        .await?;
+        let first = match written {
+            Ok(first) => first,
+            Err(fenced) => {
+                self.unsaved = events;
+                return Err(fenced.into());
+            }
+        };
+        let over = transition.as_ref().is_some_and(|t| t.to.is_terminal());
+        let mut after = AfterCommit::events();
+        if self.subtask && over {
+            after = after.wake_joiner();
+        }
+        self.bus.after_commit(after).await;
+        self.last_seq = first + events.len() as i64 - 1;
+        self.deltas.committed(self.last_seq);
+        self.delivering.clear();
+        Ok(())
+    }
+
+    /// Deliver the interjections waiting for this job as `user` messages, appended after
+    /// everything so far. They are marked delivered with the next commit. Looks when signalled,
+    /// and at least every [`INTERJECTION_POLL`].
+    pub async fn take_interjections(&mut self) -> Result<(), JobError> {
+        let signalled = self.signalled.swap(false, Ordering::SeqCst);
+        if !signalled && self.last_interjection_check.elapsed() < INTERJECTION_POLL {
+            return Ok(());
+        }
+        self.last_interjection_check = Instant::now();
+        for (id, body) in maestro_db::comments::pending(&self.pool, self.fence.job_id).await? {
+            if self.delivering.contains(&id) {
+                continue;
+            }
+            tracing::info!(comment_id = %id, "delivering an interjection");
+            self.record(MessageEvent::plain(Message::user(format!(
+                "{INTERJECTION_HEADER}\n{body}"
+            ))));
+            self.delivering.push(id);
+        }
+        Ok(())
+    }
+}

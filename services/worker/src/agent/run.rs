@@ -1,0 +1,224 @@
+//! One job being run: its parts and where it stands in its piece. The parts have their own
+//! files and narrow interfaces — the conversation and its journal (`journal.rs`), the
+//! approvals gate (`approvals.rs`), the read cache (`cache.rs`), the subtasks it delegates
+//! (`subtasks.rs`) — and the loops that drive them are `drive.rs` (the movement loop),
+//! `calls.rs` and `execute.rs` (a reply's tool calls), `finals.rs` (`transition` and
+//! `complete`) and `ending.rs` (every way a job ends or pauses).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use maestro_db::claims::Claimed;
+use maestro_db::jobs::Fence;
+use maestro_domain::piece::{Movement, Piece};
+use maestro_domain::tools::ToolSpec;
+use maestro_domain::transcript::Rebuilt;
+use maestro_domain::{EventBody, MessageEvent, MovementEvent, ToolCall};
+use serde_json::value::RawValue;
+
+use super::approvals::Approvals;
+use super::cache::ReadCache;
+use super::context::{Delivery, JobError, Shared};
+use super::gate::CallSite;
+use super::journal::Journal;
+use super::subtasks::Delegations;
+use crate::conversation::{self, Opening};
+
+/// Where the job is in its piece.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Place {
+    pub movement: String,
+    /// Movements entered so far (revisits included), and how often each.
+    pub entered: u32,
+    pub visits: BTreeMap<String, u32>,
+    /// LLM iterations in the current movement.
+    pub iterations: u32,
+    /// The watchdog warned in this movement.
+    pub warned: bool,
+}
+
+/// Time one iteration spent waiting on others, for the overhead figures.
+#[derive(Debug, Default)]
+pub(super) struct Waits {
+    pub llm_us: AtomicU64,
+    pub tools_us: AtomicU64,
+}
+
+impl Waits {
+    pub fn add(counter: &AtomicU64, since: Instant) {
+        counter.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// One job being run by this worker.
+pub(super) struct JobRun<'a> {
+    pub shared: &'a Shared,
+    pub claim: &'a Claimed,
+    pub fence: Fence,
+    pub delivery: Delivery,
+    pub piece: &'a Piece,
+    pub place: Place,
+    pub model: String,
+    /// The offered tools, and their rendering: the same bytes in every request.
+    pub tools: Vec<ToolSpec>,
+    pub tools_json: Box<RawValue>,
+    pub journal: Journal,
+    pub approvals: Approvals,
+    pub cache: ReadCache,
+    pub delegations: Delegations,
+    /// LLM iterations of this job.
+    pub iterations: u32,
+    pub waits: Waits,
+}
+
+impl std::fmt::Debug for JobRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobRun")
+            .field("job_id", &self.claim.job_id)
+            .field("piece", &self.piece.name)
+            .field("movement", &self.place.movement)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> JobRun<'a> {
+    pub fn new(
+        shared: &'a Shared,
+        claim: &'a Claimed,
+        delivery: Delivery,
+        piece: &'a Piece,
+        tools: Vec<ToolSpec>,
+        approvals: Approvals,
+    ) -> Self {
+        let rendered: Vec<serde_json::Value> = tools.iter().map(ToolSpec::to_openai).collect();
+        let tools_json =
+            serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
+        let journal = Journal::new(
+            &shared.pool,
+            &shared.bus,
+            claim,
+            delivery.interjections.clone(),
+        );
+        let model = claim
+            .model
+            .clone()
+            .unwrap_or_else(|| shared.settings.default_model.clone());
+        Self {
+            shared,
+            claim,
+            fence: Fence {
+                job_id: claim.job_id,
+                attempt: claim.attempt,
+            },
+            delivery,
+            piece,
+            place: Place::default(),
+            model,
+            tools,
+            tools_json,
+            journal,
+            approvals,
+            cache: ReadCache::new(claim.parent_task_id.is_none()),
+            delegations: Delegations::default(),
+            iterations: 0,
+            waits: Waits::default(),
+        }
+    }
+
+    /// Carry on from the committed events of an earlier claim: the same movement, the same
+    /// conversation, the calls still without a result (returned, to run first).
+    pub fn resume(&mut self, movement: &Movement, rebuilt: Rebuilt) -> Vec<ToolCall> {
+        tracing::info!(
+            iterations = rebuilt.iterations,
+            pending = rebuilt.pending.len(),
+            movement = %movement.name,
+            "resuming from committed events"
+        );
+        self.place = Place {
+            movement: movement.name.clone(),
+            entered: rebuilt.movements_entered,
+            visits: rebuilt.visits,
+            iterations: rebuilt.movement_iterations,
+            warned: false,
+        };
+        self.journal.messages = rebuilt.messages;
+        self.journal.next_generated_id = rebuilt.next_generated_id;
+        self.iterations = rebuilt.iterations;
+        rebuilt.pending
+    }
+
+    /// Start a new job: enter its first movement (an answered question's movement, else the
+    /// task's start movement on its first job, else the piece's) and seed the conversation.
+    /// Committed with the first turn.
+    pub async fn open(&mut self) -> Result<(), JobError> {
+        let claim = self.claim;
+        let override_start = claim
+            .resume_movement
+            .as_deref()
+            .and_then(|m| self.piece.movement(m))
+            .or_else(|| {
+                claim
+                    .start_movement
+                    .as_deref()
+                    .filter(|_| claim.job_no == 1)
+                    .and_then(|m| self.piece.movement(m))
+            });
+        let start = override_start.unwrap_or_else(|| {
+            self.piece
+                .movement(&self.piece.start)
+                .expect("a validated piece has its start movement")
+        });
+        let follow_ups = if claim.job_no > 1 {
+            maestro_db::comments::follow_ups(&self.shared.pool, claim.job_id).await?
+        } else {
+            Vec::new()
+        };
+        let workspace = super::catalog::workspace_context(self.shared, claim).await;
+        self.enter(start, None, None);
+        let opening = Opening {
+            tools: &self.tools,
+            claim,
+            follow_ups: &follow_ups,
+            question: claim.resume_question.as_deref(),
+            workspace: &workspace,
+        };
+        for message in conversation::seed(self.piece, start, opening) {
+            self.journal.record(MessageEvent::plain(message));
+        }
+        Ok(())
+    }
+
+    /// Enter `movement`: a movement event (not yet committed) and a fresh count.
+    pub fn enter(&mut self, movement: &Movement, from: Option<&str>, reason: Option<&str>) {
+        self.place.entered += 1;
+        *self.place.visits.entry(movement.name.clone()).or_default() += 1;
+        self.place.movement = movement.name.clone();
+        self.place.iterations = 0;
+        self.place.warned = false;
+        tracing::info!(movement = %movement.name, from, "entering a movement");
+        self.journal.push(EventBody::Movement(MovementEvent {
+            name: movement.name.clone(),
+            from: from.map(str::to_owned),
+            reason: reason.map(str::to_owned),
+            piece: from.is_none().then(|| self.piece.name.clone()),
+        }));
+    }
+
+    /// The movement the job is in.
+    pub fn movement(&self) -> &'a Movement {
+        self.piece
+            .movement(&self.place.movement)
+            .expect("the job is always in a movement of its piece")
+    }
+
+    /// The offered tool a call names, if any.
+    pub fn spec(&self, call: &ToolCall) -> Option<&ToolSpec> {
+        self.tools.iter().find(|t| t.name == call.name())
+    }
+
+    /// Where a call of the current reply stands (its item key and movement).
+    pub fn site(&self, call: &ToolCall) -> CallSite {
+        CallSite::new(&self.place.movement, self.iterations, call)
+    }
+}

@@ -1,0 +1,19 @@
+//! The REST API's JSON, both ways (see `docs/api.md`): the gateway answers with these types
+//! and parses its requests into them, and clients (the testkit's typed client, a CLI, the web
+//! UI's tests) read and send the same types. Field names are the wire names. Where a domain
+//! type has the API's shape already (an event, a job, a comment), it is embedded as it is.
+
+mod action;
+mod error;
+mod task;
+mod webhook;
+
+pub use action::{
+    ActionList, DecideReply, DecideRequest, RequiredAction, TokenReply, TokenRequest,
+};
+pub use error::{ErrorBody, ErrorDetail};
+pub use task::{
+    CommentList, CreateTask, EventPage, Links, NewComment, RoutedComment, RoutedTo, SubtaskList,
+    Task, TaskPage, Transcript,
+};
+pub use webhook::{CreateWebhook, Webhook, WebhookList};

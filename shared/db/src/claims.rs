@@ -1,0 +1,183 @@
+//! The claim: a worker takes a job in one statement (`queued`, a due `retry`, or `running`
+//! under an expired lease becomes `running` under this worker, with a `running` event, its
+//! attempt incremented: the fencing token for every later write), reading everything the job
+//! needs with it. When nothing is taken, [`state`] tells why (`maestro_domain::job::NotClaimed`).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use maestro_domain::job::JobState;
+use maestro_domain::{JobId, TaskId};
+use sqlx::PgPool;
+
+use crate::DbError;
+
+/// A job this worker now holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub job_id: JobId,
+    pub task_id: TaskId,
+    pub job_no: i32,
+    /// This claim's attempt number, the fencing token for every later write.
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub profile: String,
+    /// Task-wide seq of the `running` event this claim wrote.
+    pub claim_seq: i64,
+    pub owner: String,
+    pub instruction: String,
+    pub piece: String,
+    /// Where the piece starts, when the task says.
+    pub start_movement: Option<String>,
+    pub model: Option<String>,
+    /// When the job was created (stable across attempts, unlike the claim time).
+    pub created_at: DateTime<Utc>,
+    /// An ASK follow-up: the movement that asked, and the question the user answered.
+    pub resume_movement: Option<String>,
+    pub resume_question: Option<String>,
+    /// Questions asked of the user in this task before this job.
+    pub ask_count: i32,
+    /// Tools a person approved for the whole task.
+    pub grants: Vec<String>,
+    /// The task that delegated this one, if one did.
+    pub parent_task_id: Option<TaskId>,
+    /// How deep below a task nobody delegated this one is (0: it is such a task).
+    pub depth: i32,
+    /// The task whose workspace this one works in (its own, or its top task's).
+    pub workspace_id: TaskId,
+    /// The task's attempt limit per job as created (`max_attempts` grows with resumes).
+    pub task_max_attempts: i32,
+    /// Interjections waiting for this job when it was claimed.
+    pub pending_interjections: i32,
+}
+
+/// The claim's row, before it is read into [`Claimed`].
+struct Row {
+    id: uuid::Uuid,
+    task_id: uuid::Uuid,
+    job_no: i32,
+    attempt: i32,
+    max_attempts: i32,
+    profile: String,
+    created_at: DateTime<Utc>,
+    resume_movement: Option<String>,
+    resume_question: Option<String>,
+    ask_count: i32,
+    pending_interjections: i32,
+    claim_seq: i64,
+    owner: String,
+    instruction: String,
+    piece: String,
+    model: Option<String>,
+    start_movement: Option<String>,
+    parent_task_id: Option<uuid::Uuid>,
+    depth: i32,
+    workspace_id: uuid::Uuid,
+    task_max_attempts: i32,
+    grants: Vec<String>,
+}
+
+impl From<Row> for Claimed {
+    fn from(r: Row) -> Self {
+        Claimed {
+            job_id: JobId(r.id),
+            task_id: TaskId(r.task_id),
+            job_no: r.job_no,
+            attempt: r.attempt,
+            max_attempts: r.max_attempts,
+            profile: r.profile,
+            claim_seq: r.claim_seq,
+            owner: r.owner,
+            instruction: r.instruction,
+            piece: r.piece,
+            start_movement: r.start_movement,
+            model: r.model,
+            created_at: r.created_at,
+            resume_movement: r.resume_movement,
+            resume_question: r.resume_question,
+            ask_count: r.ask_count,
+            grants: r.grants,
+            parent_task_id: r.parent_task_id.map(TaskId),
+            depth: r.depth,
+            workspace_id: TaskId(r.workspace_id),
+            task_max_attempts: r.task_max_attempts,
+            pending_interjections: r.pending_interjections,
+        }
+    }
+}
+
+/// Claim the job: `queued`, a due `retry`, or `running` under an expired lease becomes
+/// `running` under this worker, with a `running` event, in one statement. `None` when there
+/// is nothing to take (see [`state`]).
+pub async fn claim(
+    pool: &PgPool,
+    job_id: JobId,
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Option<Claimed>, DbError> {
+    let row = sqlx::query_as!(
+        Row,
+        r#"
+        WITH j AS (
+            UPDATE jobs
+               SET status = 'running', attempt = attempt + 1, worker_id = $2,
+                   lease_expires_at = now() + make_interval(secs => $3),
+                   started_at = COALESCE(started_at, now()), next_retry_at = NULL,
+                   wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now(),
+                   redispatches = 0
+             WHERE id = $1
+               AND (status = 'queued'
+                    OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
+                    OR (status = 'running' AND lease_expires_at < now()))
+         RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at,
+                   resume_movement, resume_question, ask_count, pending_interjections
+        ), t AS (
+            UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
+              FROM j WHERE tasks.id = j.task_id
+         RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece,
+                   tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
+                   COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
+                   tasks.max_attempts AS task_max_attempts
+        ), e AS (
+            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+            SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
+                   jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
+              FROM j, t
+        )
+        SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
+               j.resume_movement AS "resume_movement?", j.resume_question AS "resume_question?", j.ask_count, j.pending_interjections,
+               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model AS "model?",
+               t.start_movement AS "start_movement?",
+               t.parent_task_id AS "parent_task_id?", t.depth, t.workspace_id AS "workspace_id!",
+               COALESCE(t.task_max_attempts, j.max_attempts) AS "task_max_attempts!",
+               ARRAY(SELECT g.tool FROM task_grants g WHERE g.task_id = j.task_id ORDER BY g.tool)
+                   AS "grants!"
+          FROM j, t
+        "#,
+        job_id.0,
+        worker_id,
+        lease.as_secs_f64(),
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(Claimed::from))
+}
+
+/// A job's status, lease and retry time as they are now (`None`: no such job): why a claim
+/// took nothing.
+pub async fn state(pool: &PgPool, job_id: JobId) -> Result<Option<JobState>, DbError> {
+    let row = sqlx::query!(
+        "SELECT status, lease_expires_at, next_retry_at FROM jobs WHERE id = $1",
+        job_id.0
+    )
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| {
+        Ok(JobState {
+            status: crate::parse::status(&r.status)?,
+            lease_expires_at: r.lease_expires_at,
+            next_retry_at: r.next_retry_at,
+        })
+    })
+    .transpose()
+}

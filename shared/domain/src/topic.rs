@@ -1,0 +1,88 @@
+//! What an outbox row announces, and so where the relay publishes it. The database stores
+//! the topic's parts; `maestro_messaging::Subjects::of_topic` spells the subject.
+
+use crate::event::EventKind;
+use crate::ids::TaskId;
+use crate::notification::NotificationType;
+
+/// What an outbox row announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topic {
+    /// A persisted event of a task.
+    Event { task_id: TaskId, kind: EventKind },
+    /// A notification of this type.
+    Notification(NotificationType),
+    /// A webhook delivery to attempt.
+    WebhookDelivery,
+}
+
+/// A stored topic this version cannot read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown outbox topic {topic:?} (task {task_id:?}, kind {kind:?})")]
+pub struct UnknownTopic {
+    pub topic: String,
+    pub task_id: Option<TaskId>,
+    pub kind: Option<String>,
+}
+
+impl Topic {
+    /// The stored name of the topic's variant.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topic::Event { .. } => "event",
+            Topic::Notification(_) => "notification",
+            Topic::WebhookDelivery => "webhook_delivery",
+        }
+    }
+
+    /// The topic stored as `(topic, task_id, kind)`.
+    pub fn from_parts(
+        topic: &str,
+        task_id: Option<TaskId>,
+        kind: Option<&str>,
+    ) -> Result<Topic, UnknownTopic> {
+        let parsed = match (topic, task_id, kind) {
+            ("event", Some(task_id), Some(kind)) => {
+                EventKind::parse(kind).map(|kind| Topic::Event { task_id, kind })
+            }
+            ("notification", _, Some(kind)) => {
+                NotificationType::parse(kind).map(Topic::Notification)
+            }
+            ("webhook_delivery", _, _) => Some(Topic::WebhookDelivery),
+            _ => None,
+        };
+        parsed.ok_or_else(|| UnknownTopic {
+            topic: topic.to_owned(),
+            task_id,
+            kind: kind.map(str::to_owned),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_are_read_from_their_stored_parts() {
+        let task_id = TaskId::new();
+        assert_eq!(
+            Topic::from_parts("event", Some(task_id), Some("job_state")),
+            Ok(Topic::Event {
+                task_id,
+                kind: EventKind::JobState
+            })
+        );
+        assert_eq!(
+            Topic::from_parts("notification", None, Some("task.succeeded")),
+            Ok(Topic::Notification(NotificationType::TaskSucceeded))
+        );
+        assert_eq!(
+            Topic::from_parts("webhook_delivery", None, None),
+            Ok(Topic::WebhookDelivery)
+        );
+        assert!(Topic::from_parts("event", None, Some("job_state")).is_err());
+        assert!(Topic::from_parts("events.x.y", None, None).is_err());
+        assert_eq!(Topic::WebhookDelivery.name(), "webhook_delivery");
+    }
+}

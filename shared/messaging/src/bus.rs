@@ -1,0 +1,169 @@
+//! The NATS side of a service, and the one place where what follows a commit happens: waking
+//! the outbox relay, dispatching jobs, waking the subtask join, stopping cancelled jobs and
+//! waking a job for an interjection. A writer commits, then hands an [`AfterCommit`] to
+//! [`Bus::after_commit`].
+//!
+//! Everything here announces a fact that is already committed, so a lost message costs
+//! latency only: the relay polls, the re-dispatcher sends a `queued` job again, the join
+//! polls, a cancelled job's worker is fenced at its next write, and a running job looks for
+//! interjections on its own.
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use maestro_domain::JobId;
+
+use crate::Subjects;
+use crate::payloads::{JobControl, JobDispatch, ToolsCancel};
+
+/// A service's connection to NATS and JetStream, with its deployment's subjects.
+#[derive(Debug, Clone)]
+pub struct Bus {
+    pub nats: async_nats::Client,
+    pub js: jetstream::Context,
+    pub subjects: Subjects,
+}
+
+/// What must follow a commit. Build it next to the write it follows, then hand it to
+/// [`Bus::after_commit`] once the transaction has committed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use = "hand it to Bus::after_commit once the write has committed"]
+pub struct AfterCommit {
+    outbox: bool,
+    dispatch: Vec<(String, JobDispatch)>,
+    joiner: bool,
+    stop: Vec<JobId>,
+    interjections: Vec<JobId>,
+}
+
+impl AfterCommit {
+    /// Nothing (yet).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The commit wrote outbox rows (every event has one): the relay drains now.
+    pub fn events() -> Self {
+        Self {
+            outbox: true,
+            ..Self::default()
+        }
+    }
+
+    /// Dispatch a job the commit queued to the workers of `profile`.
+    pub fn dispatch(mut self, profile: &str, dispatch: JobDispatch) -> Self {
+        self.dispatch.push((profile.to_owned(), dispatch));
+        self
+    }
+
+    /// A subtask's job may be over, or a parent began to wait for its subtasks: the join runs.
+    pub fn wake_joiner(mut self) -> Self {
+        self.joiner = true;
+        self
+    }
+
+    /// The job was cancelled: its worker stops, and the tool-runners kill its tools.
+    pub fn stop(mut self, job_id: JobId) -> Self {
+        self.stop.push(job_id);
+        self
+    }
+
+    /// An interjection waits for the running job.
+    pub fn interjection(mut self, job_id: JobId) -> Self {
+        self.interjections.push(job_id);
+        self
+    }
+
+    /// Both this and `other`.
+    pub fn and(mut self, other: AfterCommit) -> Self {
+        self.outbox |= other.outbox;
+        self.dispatch.extend(other.dispatch);
+        self.joiner |= other.joiner;
+        self.stop.extend(other.stop);
+        self.interjections.extend(other.interjections);
+        self
+    }
+
+    /// The jobs it dispatches.
+    pub fn dispatches(&self) -> impl Iterator<Item = &JobDispatch> {
+        self.dispatch.iter().map(|(_, d)| d)
+    }
+}
+
+impl Bus {
+    /// Do what follows a commit (best effort; see the module's documentation).
+    pub async fn after_commit(&self, after: AfterCommit) {
+        if after.outbox {
+            self.signal(
+                self.subjects.outbox_wake(),
+                Bytes::new(),
+                "the outbox relay",
+            )
+            .await;
+        }
+        for (profile, dispatch) in &after.dispatch {
+            let subject = self.subjects.dispatch(profile);
+            let sent =
+                crate::publish::publish_json(&self.js, subject, &dispatch.message_id(), dispatch)
+                    .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, job_id = %dispatch.job_id, "dispatch not published; the scheduler will send it again");
+            }
+        }
+        if after.joiner {
+            self.signal(
+                self.subjects.subtasks_wake(),
+                Bytes::new(),
+                "the subtask join",
+            )
+            .await;
+        }
+        for job_id in after.stop {
+            self.control(job_id, JobControl::Cancel).await;
+            let cancel = json_bytes(&ToolsCancel { job_id });
+            self.signal(self.subjects.tools_cancel(), cancel, "the tool-runners")
+                .await;
+        }
+        for job_id in after.interjections {
+            self.control(job_id, JobControl::Interjection).await;
+        }
+    }
+
+    async fn control(&self, job_id: JobId, control: JobControl) {
+        let subject = self.subjects.control(job_id);
+        self.signal(subject, json_bytes(&control), "the job's worker")
+            .await;
+    }
+
+    /// A core NATS message, fire and forget.
+    async fn signal(&self, subject: String, payload: Bytes, to: &str) {
+        if let Err(e) = self.nats.publish(subject, payload).await {
+            tracing::warn!(error = %e, "cannot signal {to}; it will find out on its own");
+        }
+    }
+}
+
+fn json_bytes<T: serde::Serialize>(value: &T) -> Bytes {
+    // Plain payload structs: serializing them cannot fail.
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maestro_domain::TaskId;
+
+    #[test]
+    fn effects_add_up() {
+        let job = JobDispatch {
+            job_id: JobId::new(),
+            task_id: TaskId::new(),
+            attempt: 0,
+        };
+        let after = AfterCommit::events()
+            .dispatch("default", job)
+            .and(AfterCommit::none().wake_joiner());
+        assert!(after.outbox && after.joiner);
+        assert_eq!(after.dispatches().collect::<Vec<_>>(), [&job]);
+        assert_eq!(AfterCommit::none(), AfterCommit::default());
+    }
+}
