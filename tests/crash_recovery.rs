@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use maestro_domain::{JobId, Owner, TaskId};
-use maestro_testkit::{Service, Stack, StackOptions};
+use maestro_domain::{EventKind, JobId, JobStatus, Owner, TaskId};
+use maestro_testkit::{Service, Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
 
 fn slow_scenario() -> Value {
@@ -42,12 +42,11 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
         .await
         .expect("first worker");
 
-    let task = stack
-        .create_task(json!({"instruction": "crash test: write out.txt"}))
+    let task_id = stack
+        .create(&json!({"instruction": "crash test: write out.txt"}))
         .await
-        .expect("task");
-    let task_id = task["id"].as_str().expect("id").to_owned();
-    let mut stream = stack.stream(&task_id, None).await.expect("stream");
+        .id();
+    let mut stream = stack.stream(task_id, None).await;
     // Wait until the second turn is streaming: a text delta after the tool result.
     let mut seen_result = false;
     let before_kill = stream
@@ -67,37 +66,26 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
         .start(Service::Worker, "worker-b", &[])
         .await
         .expect("second worker");
+    let over = [JobStatus::Succeeded, JobStatus::Failed];
     let done = stack
-        .wait_for_status(&task_id, &["succeeded", "failed"], Duration::from_secs(40))
-        .await
-        .expect("the job ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    assert_eq!(
-        done["latest_job"]["attempt"], 2,
-        "claimed twice: once per worker"
-    );
+        .wait_within(task_id, &over, Duration::from_secs(40))
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().attempt, 2, "claimed twice: once per worker");
 
-    let events = stack.events(&task_id).await.expect("events");
-    let seqs: Vec<i64> = events
-        .iter()
-        .map(|e| e["seq"].as_i64().expect("seq"))
-        .collect();
+    let events = stack.events(task_id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(
         seqs,
         (1..=seqs.len() as i64).collect::<Vec<_>>(),
         "no seq duplicated or skipped"
     );
-    let job_seqs: Vec<i64> = events
-        .iter()
-        .map(|e| e["job_seq"].as_i64().expect("job_seq"))
-        .collect();
+    let job_seqs: Vec<i64> = events.iter().map(|e| i64::from(e.job_seq)).collect();
     assert_eq!(job_seqs, seqs, "one job: job_seq matches seq");
 
-    let states: Vec<(String, Option<String>)> = events
-        .iter()
-        .filter(|e| e["kind"] == "job_state")
+    let states: Vec<(String, Option<String>)> = of_kind(&events, EventKind::JobState)
         .map(|e| {
-            let p = &e["payload"];
+            let p = &e.payload;
             (
                 p["status"].as_str().unwrap_or_default().to_owned(),
                 p["worker_id"].as_str().map(str::to_owned),
@@ -117,13 +105,11 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
 
     let mut per_kind: HashMap<String, usize> = HashMap::new();
     for e in &events {
-        let key = match e["kind"].as_str() {
-            Some("message") => format!(
-                "message:{}",
-                e["payload"]["role"].as_str().unwrap_or_default()
-            ),
-            Some(kind) => kind.to_owned(),
-            None => "?".to_owned(),
+        let key = match e.kind {
+            EventKind::Message => {
+                format!("message:{}", e.payload["role"].as_str().unwrap_or_default())
+            }
+            kind => kind.as_str().to_owned(),
         };
         *per_kind.entry(key).or_default() += 1;
     }
@@ -168,7 +154,7 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
         2,
         "the interrupted turn was asked again: {turns:?}"
     );
-    let file = std::fs::read_to_string(stack.workspace(&task_id).join("out.txt")).expect("file");
+    let file = std::fs::read_to_string(stack.workspace(task_id).join("out.txt")).expect("file");
     assert_eq!(file, "once");
 }
 
@@ -203,29 +189,21 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         .expect("insert");
     assert!(created.is_some(), "task inserted");
 
+    // The scheduler dispatched the job and a worker ran it.
     let done = stack
-        .wait_for_status(
-            &task_id.to_string(),
-            &["succeeded"],
-            Duration::from_secs(20),
-        )
-        .await
-        .expect("the scheduler dispatched the job and a worker ran it");
-    assert_eq!(done["latest_job"]["result"], "finished");
-    let events = stack.events(&task_id.to_string()).await.expect("events");
-    let redispatch = events
-        .iter()
-        .find(|e| e["kind"] == "redispatch")
+        .wait_within(task_id, &[JobStatus::Succeeded], Duration::from_secs(20))
+        .await;
+    assert_eq!(done.job().result.as_deref(), Some("finished"));
+    let events = stack.events(task_id).await;
+    let redispatch = of_kind(&events, EventKind::Redispatch)
+        .next()
         .expect("the re-dispatch is an event");
-    assert_eq!(redispatch["payload"]["reason"], "queued_undelivered");
+    assert_eq!(redispatch.payload["reason"], "queued_undelivered");
     assert_eq!(
-        redispatch["seq"], 2,
+        redispatch.seq, 2,
         "recorded between the queued and running states"
     );
-    assert_eq!(
-        done["latest_job"]["attempt"], 1,
-        "dispatched once more, claimed once"
-    );
+    assert_eq!(done.job().attempt, 1, "dispatched once more, claimed once");
 }
 
 /// A job that stays queued (no worker takes it: a backlog, not a lost dispatch) is re-dispatched
@@ -240,16 +218,15 @@ async fn a_job_left_queued_is_redispatched_with_backoff() {
         .env("REDISPATCH_INTERVAL_MS", "50");
     options.services.retain(|s| *s != Service::Worker);
     let stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "nobody takes this"}))
+    let id = stack
+        .create(&json!({"instruction": "nobody takes this"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
+        .id();
     // Without backoff about ten re-dispatches fit in 3.3 s; with it, those at 0.3, 0.9 and 2.1 s
     // (the next is due at 4.5 s).
     tokio::time::sleep(Duration::from_millis(3300)).await;
-    let events = stack.events(id).await.expect("events");
-    let redispatches = events.iter().filter(|e| e["kind"] == "redispatch").count();
+    let events = stack.events(id).await;
+    let redispatches = of_kind(&events, EventKind::Redispatch).count();
     assert!(
         (2..=4).contains(&redispatches),
         "backed off: {redispatches} re-dispatches"

@@ -12,6 +12,8 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use futures::StreamExt;
 use hmac::{Hmac, KeyInit, Mac};
+use maestro_api::CreateWebhook;
+use maestro_domain::{EventKind, JobStatus};
 use maestro_testkit::{Stack, StackOptions};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -107,35 +109,27 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         .await
         .expect("subscribe to notifications");
 
-    let webhook: Value = stack
-        .http
-        .post(stack.url("/api/webhooks"))
-        .bearer_auth(&stack.token)
-        .json(&json!({"url": hook_url, "event_types": ["task.succeeded", "task.failed"]}))
-        .send()
-        .await
-        .expect("create webhook")
-        .json()
-        .await
-        .expect("webhook json");
-    let secret = webhook["secret"]
-        .as_str()
-        .expect("the secret is shown once")
-        .to_owned();
+    let hook = CreateWebhook {
+        url: hook_url,
+        event_types: Some(vec!["task.succeeded".into(), "task.failed".into()]),
+        secret: None,
+    };
+    let webhook = stack.create_webhook(&hook).await;
+    let secret = webhook.secret.expect("the secret is shown once");
 
     let task = stack
-        .create_task(json!({"instruction": "Please write the note into notes/note.txt"}))
-        .await
-        .expect("task created");
-    let task_id = task["id"].as_str().expect("task id").to_owned();
+        .create(&json!({"instruction": "Please write the note into notes/note.txt"}))
+        .await;
+    let task_id = task.id().to_string();
     assert_eq!(
-        task["latest_job"]["status"], "queued",
+        task.status(),
+        Some(JobStatus::Queued),
         "a new task has a queued job"
     );
-    assert_eq!(task["piece"], "chat", "the default piece");
+    assert_eq!(task.task.piece, "chat", "the default piece");
 
     // The live stream, read until the job succeeds.
-    let mut stream = stack.stream(&task_id, None).await.expect("open the stream");
+    let mut stream = stack.stream(&task_id, None).await;
     let items = stream
         .read_until(Duration::from_secs(30), |item| {
             item.event == "job_state" && item.data["payload"]["status"] == "succeeded"
@@ -171,20 +165,14 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
     );
 
     // The persisted events tell the whole story, merged.
-    let events = stack.events(&task_id).await.expect("events");
-    let seqs: Vec<i64> = events
-        .iter()
-        .map(|e| e["seq"].as_i64().expect("seq"))
-        .collect();
+    let events = stack.events(&task_id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(
         seqs,
         (1..=seqs.len() as i64).collect::<Vec<_>>(),
         "seq is gap-free from 1"
     );
-    let kinds: Vec<&str> = events
-        .iter()
-        .map(|e| e["kind"].as_str().expect("kind"))
-        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
         kinds,
         [
@@ -203,7 +191,7 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         ],
         "queued, running, movement, system, user, assistant+call, result, assistant+complete, result, succeeded"
     );
-    let first_answer = &events[5]["payload"];
+    let first_answer = &events[5].payload;
     assert_eq!(first_answer["role"], "assistant");
     assert_eq!(
         first_answer["content"], "I will write the note now.",
@@ -217,21 +205,22 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         first_answer["usage"]["promptTokens"].as_u64().unwrap_or(0) > 0,
         "usage is recorded"
     );
-    let call = &events[6]["payload"];
+    let call = &events[6].payload;
     assert_eq!(call["name"], "write_file");
     assert_eq!(
-        call["message_seq"], events[5]["seq"],
+        call["message_seq"], events[5].seq,
         "the tool call links to the message that proposed it"
     );
-    let result = &events[7]["payload"];
+    let result = &events[7].payload;
     assert_eq!(result["call_id"], call["call_id"]);
     assert_eq!(result["is_error"], false);
     assert_eq!(
         result["content"],
         format!("wrote {} bytes to notes/note.txt", NOTE.len())
     );
-    assert_eq!(events[11]["payload"]["result"], "Wrote notes/note.txt");
-    let second_request_cache = events[8]["payload"]["usage"]["cachedPromptTokens"]
+    assert_eq!(events[11].payload["result"], "Wrote notes/note.txt");
+    assert_eq!(events[11].kind, EventKind::JobState);
+    let second_request_cache = events[8].payload["usage"]["cachedPromptTokens"]
         .as_u64()
         .unwrap_or(0);
     assert!(
@@ -239,10 +228,10 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
         "the second request reused the first one's prefix"
     );
 
-    let done = stack.get_task(&task_id).await.expect("task");
-    assert_eq!(done["latest_job"]["status"], "succeeded");
-    assert_eq!(done["latest_job"]["result"], "Wrote notes/note.txt");
-    assert_eq!(done["latest_job"]["attempt"], 1);
+    let done = stack.task(&task_id).await.task.latest_job.expect("a job");
+    assert_eq!(done.status, JobStatus::Succeeded);
+    assert_eq!(done.result.as_deref(), Some("Wrote notes/note.txt"));
+    assert_eq!(done.attempt, 1);
 
     let written = std::fs::read_to_string(stack.workspace(&task_id).join("notes/note.txt"))
         .expect("the file exists");

@@ -6,21 +6,9 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use maestro_testkit::{Stack, StackOptions};
+use maestro_domain::{EventKind, JobStatus};
+use maestro_testkit::{Stack, StackOptions, TaskExt, job_states, of_kind, tool_results};
 use serde_json::{Value, json};
-
-fn job_states(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|e| e["kind"] == "job_state")
-        .map(|e| {
-            e["payload"]["status"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fatal_llm_error_fails_the_job_with_the_reason() {
@@ -37,31 +25,22 @@ async fn a_fatal_llm_error_fails_the_job_with_the_reason() {
         .await
         .expect("subscribe");
 
-    let task = stack
-        .create_task(json!({"instruction": "anything"}))
-        .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
-    let done = stack
-        .wait_for_status(id, &["failed", "succeeded"], Duration::from_secs(20))
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "failed");
-    let error = done["latest_job"]["error"].as_str().unwrap_or_default();
+    let done = stack.run(&json!({"instruction": "anything"})).await;
+    let id = done.id().to_string();
+    let job = done.job();
+    assert_eq!(job.status, JobStatus::Failed);
+    let error = job.error.clone().unwrap_or_default();
     assert!(
         error.contains("401") && error.contains("invalid api key"),
         "the reason is kept: {error}"
     );
-    assert_eq!(
-        done["latest_job"]["attempt"], 1,
-        "a fatal error is not retried"
-    );
+    assert_eq!(job.attempt, 1, "a fatal error is not retried");
     assert_eq!(
         stack.llm.requests().await.expect("requests").len(),
         1,
         "the LLM was asked once"
     );
-    let events = stack.events(id).await.expect("events");
+    let events = stack.events(&id).await;
     assert_eq!(job_states(&events), ["queued", "running", "failed"]);
     let letters: Vec<String> =
         sqlx::query_scalar("SELECT reason FROM dead_letters WHERE consumer = 'jobs'")
@@ -70,7 +49,7 @@ async fn a_fatal_llm_error_fails_the_job_with_the_reason() {
             .expect("dead letters");
     assert_eq!(
         letters,
-        [error.to_owned()],
+        std::slice::from_ref(&error),
         "the dispatch is terminated and kept with the reason"
     );
 
@@ -99,45 +78,35 @@ async fn a_recoverable_llm_error_is_retried_later_and_the_job_succeeds() {
         .env("RETRY_BASE_MS", "300")
         .env("RETRY_MAX_MS", "600");
     let stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "flaky"}))
-        .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
-    let done = stack
-        .wait_for_status(id, &["succeeded", "failed"], Duration::from_secs(30))
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    assert_eq!(done["latest_job"]["result"], "done despite a 503");
-    assert_eq!(
-        done["latest_job"]["attempt"], 2,
-        "claimed again after the retry delay"
-    );
+    let done = stack.run(&json!({"instruction": "flaky"})).await;
+    let job = done.job();
+    assert_eq!(job.status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(job.result.as_deref(), Some("done despite a 503"));
+    assert_eq!(job.attempt, 2, "claimed again after the retry delay");
 
-    let events = stack.events(id).await.expect("events");
+    let events = stack.events(done.id()).await;
     assert_eq!(
         job_states(&events),
         ["queued", "running", "retry", "running", "succeeded"]
     );
     let retry = events
         .iter()
-        .find(|e| e["payload"]["status"] == "retry")
+        .find(|e| e.payload["status"] == "retry")
         .expect("retry event");
     assert!(
-        retry["payload"]["error"]
+        retry.payload["error"]
             .as_str()
             .unwrap_or_default()
             .contains("503"),
-        "{retry}"
+        "{retry:?}"
     );
     assert!(
-        retry["payload"]["next_retry_at"].is_string(),
-        "the retry time is recorded: {retry}"
+        retry.payload["next_retry_at"].is_string(),
+        "the retry time is recorded: {retry:?}"
     );
-    let results = events.iter().filter(|e| e["kind"] == "tool_result").count();
     assert_eq!(
-        results, 2,
+        of_kind(&events, EventKind::ToolResult).count(),
+        2,
         "write_file ran once before the error, complete once after"
     );
     let turns: Vec<i64> = stack
@@ -173,31 +142,10 @@ async fn tool_errors_are_reported_to_the_model_and_the_job_carries_on() {
     let stack = Stack::spawn(StackOptions::new(scenario))
         .await
         .expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "clumsy"}))
-        .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
-    let done = stack
-        .wait_for_status(id, &["succeeded", "failed"], Duration::from_secs(20))
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    let done = stack.run(&json!({"instruction": "clumsy"})).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 
-    let events = stack.events(id).await.expect("events");
-    let results: Vec<(String, bool)> = events
-        .iter()
-        .filter(|e| e["kind"] == "tool_result")
-        .map(|e| {
-            (
-                e["payload"]["content"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                e["payload"]["is_error"] == true,
-            )
-        })
-        .collect();
+    let results = tool_results(&stack.events(done.id()).await);
     assert_eq!(
         results.len(),
         6,
@@ -228,7 +176,7 @@ async fn tool_errors_are_reported_to_the_model_and_the_job_carries_on() {
         ("ok".to_owned(), false),
         "the valid complete ends the job"
     );
-    let leaked = std::fs::read_dir(stack.workspace(id))
+    let leaked = std::fs::read_dir(stack.workspace(done.id()))
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(leaked, 0, "nothing was written");

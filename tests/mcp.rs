@@ -8,8 +8,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use maestro_testkit::{Stack, StackOptions};
-use reqwest::Method;
+use maestro_api::DecideRequest;
+use maestro_domain::{ActionStatus, EventKind, JobStatus, WaitReason};
+use maestro_testkit::{Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
 
 /// Where `scripts/test` installs the server (`MCP_EVERYTHING_DIR` overrides).
@@ -26,7 +27,7 @@ fn install_dir() -> PathBuf {
     dir
 }
 
-fn policy(dir: &tempfile::TempDir, requires_auth: bool) -> String {
+fn policy(requires_auth: bool) -> String {
     let install = install_dir();
     let entry = install.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let policy = json!({
@@ -37,9 +38,7 @@ fn policy(dir: &tempfile::TempDir, requires_auth: bool) -> String {
             "requires_auth": requires_auth
         }}
     });
-    let path = dir.path().join("policy.json");
-    std::fs::write(&path, policy.to_string()).expect("policy");
-    path.display().to_string()
+    policy.to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,31 +51,17 @@ async fn the_agent_calls_a_real_mcp_servers_tools_in_the_sandbox() {
             {"tool_calls": [{"name": "complete", "arguments": {"result": "used MCP"}}]}
         ]
     }]});
-    let dir = tempfile::tempdir().expect("dir");
-    let stack =
-        Stack::spawn(StackOptions::new(scenario).env("WORKSPACE_POLICY", &policy(&dir, false)))
-            .await
-            .expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "use the MCP server"}))
+    let stack = Stack::spawn(StackOptions::new(scenario).policy(&policy(false)))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
+        .expect("the stack starts");
     let done = stack
-        .wait_for_status(
-            id,
-            &["succeeded", "failed", "waiting_human"],
-            Duration::from_secs(60),
-        )
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        .run(&json!({"instruction": "use the MCP server"}))
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 
-    let events = stack.events(id).await.expect("events");
-    let results: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "tool_result")
-        .map(|e| &e["payload"])
+    let events = stack.events(done.id()).await;
+    let results: Vec<&Value> = of_kind(&events, EventKind::ToolResult)
+        .map(|e| &e.payload)
         .collect();
     assert_eq!(results[0]["name"], "mcp__everything__echo");
     assert_eq!(results[0]["is_error"], false, "{:?}", results[0]);
@@ -125,63 +110,41 @@ async fn a_server_that_needs_authorization_waits_for_a_token_then_gets_it() {
         {"tool_calls": [{"name": "mcp__everything__get-env", "arguments": {}}]},
         {"tool_calls": [{"name": "complete", "arguments": {"result": "x"}}]}
     ]}]});
-    let dir = tempfile::tempdir().expect("dir");
-    let stack =
-        Stack::spawn(StackOptions::new(scenario).env("WORKSPACE_POLICY", &policy(&dir, true)))
-            .await
-            .expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "needs a token"}))
+    let stack = Stack::spawn(StackOptions::new(scenario).policy(&policy(true)))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
-    let done = stack
-        .wait_for_status(
-            id,
-            &["waiting_human", "succeeded", "failed"],
-            Duration::from_secs(30),
-        )
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "waiting_human", "{done}");
-    assert_eq!(done["latest_job"]["wait_reason"], "mcp_auth_required");
+        .expect("the stack starts");
+    let done = stack.run(&json!({"instruction": "needs a token"})).await;
+    let id = done.id();
+    assert_eq!(done.job().status, JobStatus::WaitingHuman, "{done:?}");
+    assert_eq!(done.job().wait_reason, Some(WaitReason::McpAuthRequired));
     assert!(
         stack.llm.requests().await.expect("requests").is_empty(),
         "the LLM was not called"
     );
-    let path = format!("/api/local/tasks/{id}/required-actions");
-    let (status, pending) = stack.api(Method::GET, &path, None).await.expect("list");
-    assert_eq!(status, 200);
-    let items = pending["required_actions"].as_array().expect("items");
-    assert_eq!(items.len(), 1, "{pending}");
-    assert_eq!(items[0]["kind"], "mcp_auth_required");
-    assert_eq!(items[0]["server"], "everything");
-    let decide = format!("{path}/{}/decide", items[0]["id"].as_str().expect("id"));
-    let (status, body) = stack
-        .api(Method::POST, &decide, Some(&json!({"decision": "approve"})))
+    let items = stack.required_actions(id).await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].kind, WaitReason::McpAuthRequired);
+    assert_eq!(items[0].text("server"), Some("everything"));
+    let refused = stack
+        .decide(id, items[0].id, &DecideRequest::new("approve"))
         .await
-        .expect("decide");
+        .expect_err("refused");
     assert_eq!(
-        (status, &body["error"]["code"]),
-        (409, &json!("supply_the_token"))
+        (refused.status, refused.code.as_str()),
+        (409, "supply_the_token")
     );
-    let comments = format!("/api/local/tasks/{id}/comments");
-    let (status, _) = stack
-        .api(Method::POST, &comments, Some(&json!({"body": "go on"})))
-        .await
-        .expect("comment");
-    assert_eq!(status, 409, "a comment does not answer an MCP login");
+    let comment = stack.comment(id, "go on").await.expect_err("refused");
+    assert_eq!(
+        comment.status, 409,
+        "a comment does not answer an MCP login"
+    );
 
-    let token_path = "/api/local/mcp-servers/everything/token";
-    let (status, _) = stack
-        .api(Method::PUT, token_path, Some(&json!({"token": ""})))
-        .await
-        .expect("put");
-    assert_eq!(status, 422);
+    let empty = stack.supply_token("everything", "").await;
+    assert_eq!(empty.expect_err("refused").status, 422);
     let (status, body) = stack
         .api(
-            Method::PUT,
-            token_path,
+            reqwest::Method::PUT,
+            "/api/local/mcp-servers/everything/token",
             Some(&json!({"token": "s3cret-token"})),
         )
         .await
@@ -192,26 +155,33 @@ async fn a_server_that_needs_authorization_waits_for_a_token_then_gets_it() {
         "the token is never returned"
     );
     let done = stack
-        .wait_for_status(id, &["succeeded", "failed"], Duration::from_secs(60))
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        .wait_within(
+            id,
+            &[JobStatus::Succeeded, JobStatus::Failed],
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     // The server got the token in its environment.
-    let events = stack.events(id).await.expect("events");
-    let env = events
-        .iter()
-        .find(|e| e["kind"] == "tool_result" && e["payload"]["name"] == "mcp__everything__get-env")
+    let events = stack.events(id).await;
+    let env = of_kind(&events, EventKind::ToolResult)
+        .find(|e| e.payload["name"] == "mcp__everything__get-env")
         .expect("get-env result");
     assert!(
-        env["payload"]["content"]
+        env.payload["content"]
             .as_str()
             .is_some_and(|c| c.contains("MCP_AUTH_TOKEN") && c.contains("s3cret-token")),
-        "{env}"
+        "{env:?}"
     );
-    let (_, all) = stack
-        .api(Method::GET, &format!("{path}?all=true"), None)
+    let all = stack.all_required_actions(id).await;
+    assert_eq!(all[0].status, ActionStatus::Resolved, "{all:?}");
+    let (_, raw) = stack
+        .api(
+            reqwest::Method::GET,
+            &format!("/api/local/tasks/{id}/required-actions?all=true"),
+            None,
+        )
         .await
         .expect("list");
-    assert_eq!(all["required_actions"][0]["status"], "resolved", "{all}");
-    assert!(!all.to_string().contains("s3cret"));
+    assert!(!raw.to_string().contains("s3cret"));
 }

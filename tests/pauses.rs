@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
+use maestro_api::{DecideRequest, RequiredAction, RoutedTo};
+use maestro_domain::{ActionStatus, EventKind, JobStatus, TaskId, WaitReason};
 use maestro_testkit::script::{call, complete, turn};
-use maestro_testkit::{Stack, StackOptions};
-use reqwest::Method;
+use maestro_testkit::{Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
 
 const PIECE: &str = "
@@ -26,26 +27,17 @@ movements:
 /// Files may be read freely; writing needs a person's approval (not in the allowed tools).
 const POLICY: &str = r#"{"allowed_tools": ["read_file", "list_files", "glob", "grep", "shell"]}"#;
 
-struct Setup {
-    stack: Stack,
-    _dir: tempfile::TempDir,
-}
+const TOOLS: &str = "tool-requests";
+const PACKAGES: &str = "package-requests";
 
-async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Setup {
-    let dir = tempfile::tempdir().expect("dir");
-    let pieces = dir.path().join("pieces");
-    std::fs::create_dir(&pieces).expect("pieces dir");
-    std::fs::write(pieces.join("twostep.yaml"), PIECE).expect("piece");
+async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     let mut options = StackOptions::new(scenarios)
         .policy(POLICY)
-        .env("PIECES_DIR", pieces.to_str().expect("utf-8"));
+        .piece("twostep", PIECE);
     for (key, value) in env {
         options = options.env(key, value);
     }
-    Setup {
-        stack: Stack::spawn(options).await.expect("the stack starts"),
-        _dir: dir,
-    }
+    Stack::spawn(options).await.expect("the stack starts")
 }
 
 fn write(path: &str, content: &str) -> Value {
@@ -59,48 +51,22 @@ fn to_write() -> Value {
     )])
 }
 
-async fn start(stack: &Stack, instruction: &str) -> String {
-    let task = stack
-        .create_task(json!({"instruction": instruction, "piece": "twostep"}))
-        .await
-        .expect("task");
-    task["id"].as_str().expect("id").to_owned()
+/// Start a task on the two-step piece and wait until its job pauses.
+async fn paused(stack: &Stack, instruction: &str) -> TaskId {
+    let body = json!({"instruction": instruction, "piece": "twostep"});
+    let id = stack.create(&body).await.id();
+    let over = [
+        JobStatus::WaitingHuman,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+    ];
+    let task = stack.wait(id, &over).await;
+    assert_eq!(task.job().status, JobStatus::WaitingHuman, "{task:?}");
+    id
 }
 
-async fn wait(stack: &Stack, id: &str, statuses: &[&str]) -> Value {
-    stack
-        .wait_for_status(id, statuses, Duration::from_secs(60))
-        .await
-        .expect("the job gets there")
-}
-
-async fn pending(stack: &Stack, id: &str) -> Vec<Value> {
-    let path = format!("/api/local/tasks/{id}/required-actions");
-    let (status, body) = stack.api(Method::GET, &path, None).await.expect("list");
-    assert_eq!(status, 200, "{body}");
-    body["required_actions"].as_array().cloned().expect("items")
-}
-
-async fn decide(stack: &Stack, id: &str, kind: &str, rid: &str, body: Value) -> (u16, Value) {
-    let path = format!("/api/local/tasks/{id}/{kind}/{rid}/decide");
-    stack
-        .api(Method::POST, &path, Some(&body))
-        .await
-        .expect("decide")
-}
-
-async fn comments(stack: &Stack, id: &str) -> usize {
-    let path = format!("/api/local/tasks/{id}/comments");
-    let (_, body) = stack.api(Method::GET, &path, None).await.expect("comments");
-    body["comments"].as_array().map_or(0, Vec::len)
-}
-
-/// Approve a package request (expecting 200).
-async fn approve_package(stack: &Stack, id: &str, item: &Value) {
-    let rid = item["id"].as_str().expect("id");
-    let approve = json!({"decision": "approve"});
-    let (status, _) = decide(stack, id, "package-requests", rid, approve).await;
-    assert_eq!(status, 200);
+fn verdict(decision: &str) -> DecideRequest {
+    DecideRequest::new(decision)
 }
 
 /// The content of the tool message answering `call_id` in the LLM's last request.
@@ -117,6 +83,23 @@ async fn tool_answer(stack: &Stack, call_id: &str) -> String {
         .to_owned()
 }
 
+/// The notifications recorded for the stack's tasks (kind, payload), once `until` is among
+/// them (or 20 s have passed).
+async fn notifications(stack: &Stack, until: &str) -> Vec<(String, Value)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows: Vec<(String, Value)> =
+            sqlx::query_as("SELECT kind, payload FROM notifications ORDER BY event_seq")
+                .fetch_all(&stack.db.pool)
+                .await
+                .expect("notifications");
+        if rows.iter().any(|(k, _)| k == until) || tokio::time::Instant::now() > deadline {
+            return rows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_movement() {
     let scenarios = json!({"scenarios": [{"name": "approve", "turns": [
@@ -125,108 +108,117 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
         turn(&[write("second.txt", "granted for the task")]),
         complete("written"),
     ]}]});
-    let Setup { stack, _dir } = setup(scenarios, &[]).await;
-    let id = start(&stack, "write the note").await;
-    let paused = wait(&stack, &id, &["waiting_human", "succeeded", "failed"]).await;
+    let stack = setup(scenarios, &[]).await;
+    let id = paused(&stack, "write the note").await;
+    let task = stack.task(id).await;
     assert_eq!(
-        paused["latest_job"]["wait_reason"], "tool_request",
-        "{paused}"
+        task.job().wait_reason,
+        Some(WaitReason::ToolRequest),
+        "{task:?}"
     );
 
-    let items = pending(&stack, &id).await;
+    let items = stack.required_actions(id).await;
     assert_eq!(items.len(), 1, "{items:?}");
     let item = &items[0];
-    assert_eq!(item["kind"], "tool_request");
-    assert_eq!(item["status"], "pending");
-    assert_eq!(item["tool"], "write_file");
+    assert_eq!(item.kind, WaitReason::ToolRequest);
+    assert_eq!(item.status, ActionStatus::Pending);
+    assert_eq!(item.text("tool"), Some("write_file"));
     assert_eq!(
-        item["arguments"],
+        item.detail["arguments"],
         json!({"path": "note.txt", "content": "approved"})
     );
-    assert_eq!(item["movement"], "write");
-    let rid = item["id"].as_str().expect("id");
-    let hash = item["arguments_hash"].as_str().expect("hash");
+    assert_eq!(item.movement, "write");
+    let rid = item.id;
+    let hash = item.text("arguments_hash").expect("hash").to_owned();
     // The item links to the assistant message that proposed the call.
-    let events = stack.events(&id).await.expect("events");
+    let events = stack.events(id).await;
     let source = events
         .iter()
-        .find(|e| e["seq"] == item["source_seq"])
+        .find(|e| Some(e.seq) == item.source_seq)
         .expect("source event");
-    assert_eq!(source["kind"], "message");
+    assert_eq!(source.kind, EventKind::Message);
     assert_eq!(
-        source["payload"]["tool_calls"][0]["function"]["name"],
+        source.payload["tool_calls"][0]["function"]["name"],
         "write_file"
     );
     // The pause event names the items (the notification carries the same).
-    let pause = events
-        .iter()
-        .rev()
-        .find(|e| e["kind"] == "job_state" && e["payload"]["status"] == "waiting_human")
+    let pause = of_kind(&events, EventKind::JobState)
+        .filter(|e| e.payload["status"] == "waiting_human")
+        .last()
         .expect("pause event");
-    assert_eq!(pause["payload"]["required_actions"][0]["id"], rid);
+    assert_eq!(pause.payload["required_actions"][0]["id"], json!(rid));
     assert!(
-        !stack.workspace(&id).join("note.txt").exists(),
+        !stack.workspace(id).join("note.txt").exists(),
         "nothing ran yet"
     );
 
     // A comment during the wait is refused and writes nothing.
-    let before = comments(&stack, &id).await;
-    let path = format!("/api/local/tasks/{id}/comments");
-    let (status, body) = stack
-        .api(Method::POST, &path, Some(&json!({"body": "hurry up"})))
-        .await
-        .expect("comment");
-    assert_eq!(status, 409, "{body}");
-    assert_eq!(body["error"]["code"], "decision_pending");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .expect("message")
-            .contains("tool request")
+    let before = stack.comments(id).await.len();
+    let refused = stack.comment(id, "hurry up").await.expect_err("refused");
+    assert_eq!(
+        (refused.status, refused.code.as_str()),
+        (409, "decision_pending")
     );
-    assert_eq!(comments(&stack, &id).await, before, "nothing written");
+    assert!(refused.message.contains("tool request"), "{refused}");
+    assert_eq!(stack.comments(id).await.len(), before, "nothing written");
 
     // Bad decisions change nothing.
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "tool-requests",
-        rid,
-        json!({"decision": "maybe"}),
-    )
-    .await;
-    assert_eq!(status, 422);
-    let stale = json!({"decision": "approve", "arguments_hash": "0000"});
-    let (status, body) = decide(&stack, &id, "tool-requests", rid, stale).await;
+    let bad = stack.decide_via(id, TOOLS, rid, &verdict("maybe")).await;
+    assert_eq!(bad.expect_err("refused").status, 422);
+    let stale = DecideRequest {
+        arguments_hash: Some("0000".into()),
+        ..verdict("approve")
+    };
+    let refused = stack
+        .decide_via(id, TOOLS, rid, &stale)
+        .await
+        .expect_err("stale");
     assert_eq!(
-        (status, &body["error"]["code"]),
-        (409, &json!("arguments_changed"))
+        (refused.status, refused.code.as_str()),
+        (409, "arguments_changed")
     );
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "package-requests",
-        rid,
-        json!({"decision": "approve"}),
-    )
-    .await;
-    assert_eq!(status, 404, "not a package request");
-    assert_eq!(pending(&stack, &id).await.len(), 1);
-
-    let approve = json!({"decision": "approve", "scope": "task", "arguments_hash": hash});
-    let (status, body) = decide(&stack, &id, "tool-requests", rid, approve.clone()).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["resumed"], true);
-    assert_eq!(body["required_action"]["status"], "approved");
-    let (status, body) = decide(&stack, &id, "tool-requests", rid, approve).await;
+    let wrong = stack
+        .decide_via(id, PACKAGES, rid, &verdict("approve"))
+        .await;
     assert_eq!(
-        (status, &body["error"]["code"]),
-        (409, &json!("already_decided"))
+        wrong.expect_err("refused").status,
+        404,
+        "not a package request"
+    );
+    assert_eq!(stack.required_actions(id).await.len(), 1);
+
+    let approve = DecideRequest {
+        scope: Some("task".into()),
+        arguments_hash: Some(hash),
+        ..verdict("approve")
+    };
+    let decided = stack
+        .decide_via(id, TOOLS, rid, &approve)
+        .await
+        .expect("decided");
+    assert!(decided.resumed);
+    assert_eq!(decided.required_action.status, ActionStatus::Approved);
+    let again = stack
+        .decide_via(id, TOOLS, rid, &approve)
+        .await
+        .expect_err("again");
+    assert_eq!(
+        (again.status, again.code.as_str()),
+        (409, "already_decided")
     );
 
-    let done = wait(&stack, &id, &["succeeded", "failed", "waiting_human"]).await;
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    let workspace = stack.workspace(&id);
+    let done = stack
+        .wait(
+            id,
+            &[
+                JobStatus::Succeeded,
+                JobStatus::Failed,
+                JobStatus::WaitingHuman,
+            ],
+        )
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    let workspace = stack.workspace(id);
     assert_eq!(
         std::fs::read_to_string(workspace.join("note.txt")).expect("note"),
         "approved"
@@ -236,42 +228,30 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
         std::fs::read_to_string(workspace.join("second.txt")).expect("second"),
         "granted for the task"
     );
-    let events = stack.events(&id).await.expect("events");
-    let movements: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["kind"] == "movement")
-        .map(|e| &e["payload"]["name"])
+    let events = stack.events(id).await;
+    let movements: Vec<&Value> = of_kind(&events, EventKind::Movement)
+        .map(|e| &e.payload["name"])
         .collect();
     assert_eq!(
         movements,
         [&json!("look"), &json!("write")],
         "resumed in the same movement"
     );
-    let pauses = events
-        .iter()
-        .filter(|e| e["kind"] == "job_state" && e["payload"]["status"] == "waiting_human")
+    let pauses = of_kind(&events, EventKind::JobState)
+        .filter(|e| e.payload["status"] == "waiting_human")
         .count();
     assert_eq!(pauses, 1);
-    assert!(events.iter().any(|e| e["kind"] == "decision"
-        && e["payload"]["decision"] == "approve"
-        && e["payload"]["resumed"] == true));
-    let ids: Vec<&Value> = events.iter().map(|e| &e["job_id"]).collect();
-    assert!(ids.windows(2).all(|w| w[0] == w[1]), "one job throughout");
+    assert!(
+        of_kind(&events, EventKind::Decision)
+            .any(|e| e.payload["decision"] == "approve" && e.payload["resumed"] == true)
+    );
+    assert!(
+        events.windows(2).all(|w| w[0].job_id == w[1].job_id),
+        "one job throughout"
+    );
 
     // The pause and the decision are notifications (webhooks), the pause with its items.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let notifications: Vec<(String, Value)> = loop {
-        let rows: Vec<(String, Value)> =
-            sqlx::query_as("SELECT kind, payload FROM notifications ORDER BY event_seq")
-                .fetch_all(&stack.db.pool)
-                .await
-                .expect("notifications");
-        if rows.iter().any(|(k, _)| k == "task.succeeded") || tokio::time::Instant::now() > deadline
-        {
-            break rows;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let notifications = notifications(&stack, "task.succeeded").await;
     let kinds: Vec<&str> = notifications.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         kinds,
@@ -279,7 +259,7 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
     );
     let waiting = &notifications[0].1["data"];
     assert_eq!(waiting["wait_reason"], "tool_request");
-    assert_eq!(waiting["required_actions"][0]["id"], rid);
+    assert_eq!(waiting["required_actions"][0]["id"], json!(rid));
     assert_eq!(waiting["required_actions"][0]["tool"], "write_file");
     let decided = &notifications[1].1["data"];
     assert_eq!(decided["decision"]["decision"], "approve");
@@ -293,17 +273,23 @@ async fn a_denied_tool_request_becomes_a_tool_error_and_the_job_goes_on() {
         turn(&[write("x.txt", "no")]),
         complete("gave up on x"),
     ]}]});
-    let Setup { stack, _dir } = setup(scenarios, &[]).await;
-    let id = start(&stack, "write x").await;
-    wait(&stack, &id, &["waiting_human"]).await;
-    let items = pending(&stack, &id).await;
-    let rid = items[0]["id"].as_str().expect("id");
-    let deny = json!({"decision": "deny", "note": "not in this repository"});
-    let (status, body) = decide(&stack, &id, "tool-requests", rid, deny).await;
-    assert_eq!((status, &body["resumed"]), (200, &json!(true)), "{body}");
-    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    assert!(!stack.workspace(&id).join("x.txt").exists());
+    let stack = setup(scenarios, &[]).await;
+    let id = paused(&stack, "write x").await;
+    let rid = stack.required_actions(id).await[0].id;
+    let deny = DecideRequest {
+        note: Some("not in this repository".into()),
+        ..verdict("deny")
+    };
+    let decided = stack
+        .decide_via(id, TOOLS, rid, &deny)
+        .await
+        .expect("decided");
+    assert!(decided.resumed, "{decided:?}");
+    let done = stack
+        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert!(!stack.workspace(id).join("x.txt").exists());
     let answer = tool_answer(&stack, "call_0_0").await;
     assert!(
         answer.contains("a person denied this call of `write_file`: not in this repository"),
@@ -317,69 +303,51 @@ async fn two_requests_in_one_pause_resume_the_job_only_when_both_are_decided() {
         turn(&[call("glob", json!({"pattern": "*"})), write("a.txt", "A"), write("b.txt", "B")]),
         complete("both decided"),
     ]}]});
-    let Setup { stack, _dir } = setup(scenarios, &[]).await;
-    let id = start(&stack, "write two files").await;
-    wait(&stack, &id, &["waiting_human"]).await;
-    let items = pending(&stack, &id).await;
+    let stack = setup(scenarios, &[]).await;
+    let id = paused(&stack, "write two files").await;
+    let items = stack.required_actions(id).await;
     assert_eq!(items.len(), 2, "{items:?}");
-    let (a, b) = (
-        items[0]["id"].as_str().expect("id"),
-        items[1]["id"].as_str().expect("id"),
-    );
-    assert_eq!(items[0]["arguments"]["path"], "a.txt");
-    assert_eq!(items[1]["arguments"]["path"], "b.txt");
+    let (a, b) = (items[0].id, items[1].id);
+    assert_eq!(items[0].detail["arguments"]["path"], "a.txt");
+    assert_eq!(items[1].detail["arguments"]["path"], "b.txt");
     // The call that needed nobody ran before the pause.
-    let events = stack.events(&id).await.expect("events");
-    assert!(
-        events
-            .iter()
-            .any(|e| e["kind"] == "tool_result" && e["payload"]["name"] == "glob")
-    );
+    let events = stack.events(id).await;
+    assert!(of_kind(&events, EventKind::ToolResult).any(|e| e.payload["name"] == "glob"));
 
-    let (status, body) = decide(
-        &stack,
-        &id,
-        "tool-requests",
-        a,
-        json!({"decision": "approve"}),
-    )
-    .await;
-    assert_eq!((status, &body["resumed"]), (200, &json!(false)), "{body}");
+    let decided = stack.decide_via(id, TOOLS, a, &verdict("approve")).await;
+    assert!(!decided.expect("decided").resumed);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let task = stack.get_task(&id).await.expect("task");
+    let task = stack.task(id).await;
     assert_eq!(
-        task["latest_job"]["status"], "waiting_human",
+        task.job().status,
+        JobStatus::WaitingHuman,
         "one item is still open"
     );
-    assert_eq!(pending(&stack, &id).await.len(), 1);
+    assert_eq!(stack.required_actions(id).await.len(), 1);
 
-    let (status, body) = decide(&stack, &id, "tool-requests", b, json!({"decision": "deny"})).await;
-    assert_eq!((status, &body["resumed"]), (200, &json!(true)), "{body}");
-    let (status, _) = decide(&stack, &id, "tool-requests", a, json!({"decision": "deny"})).await;
-    assert_eq!(status, 409, "a third answer is rejected");
-    let unknown = uuid::Uuid::now_v7().to_string();
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "tool-requests",
-        &unknown,
-        json!({"decision": "deny"}),
-    )
-    .await;
-    assert_eq!(status, 404, "an unknown item is rejected");
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "tool-requests",
-        "nope",
-        json!({"decision": "deny"}),
-    )
-    .await;
-    assert_eq!(status, 404);
+    let decided = stack.decide_via(id, TOOLS, b, &verdict("deny")).await;
+    assert!(decided.expect("decided").resumed);
+    let third = stack.decide_via(id, TOOLS, a, &verdict("deny")).await;
+    assert_eq!(
+        third.expect_err("refused").status,
+        409,
+        "a third answer is rejected"
+    );
+    let unknown = uuid::Uuid::now_v7();
+    let refused = stack.decide_via(id, TOOLS, unknown, &verdict("deny")).await;
+    assert_eq!(
+        refused.expect_err("unknown").status,
+        404,
+        "an unknown item is rejected"
+    );
+    let refused = stack.decide_via(id, TOOLS, "nope", &verdict("deny")).await;
+    assert_eq!(refused.expect_err("malformed").status, 404);
 
-    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    let workspace = stack.workspace(&id);
+    let done = stack
+        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    let workspace = stack.workspace(id);
     assert_eq!(
         std::fs::read_to_string(workspace.join("a.txt")).expect("a"),
         "A"
@@ -393,37 +361,33 @@ async fn concurrent_decisions_on_one_request_have_exactly_one_winner() {
         turn(&[write("r.txt", "raced")]),
         complete("raced"),
     ]}]});
-    let Setup { stack, _dir } = setup(scenarios, &[]).await;
-    let id = start(&stack, "race for it").await;
-    wait(&stack, &id, &["waiting_human"]).await;
-    let items = pending(&stack, &id).await;
-    let rid = items[0]["id"].as_str().expect("id").to_owned();
-    let decisions = (0..24).map(|i| {
-        let verdict = if i % 2 == 0 { "approve" } else { "deny" };
-        decide(
-            &stack,
-            &id,
-            "tool-requests",
-            &rid,
-            json!({"decision": verdict}),
-        )
-    });
+    let stack = setup(scenarios, &[]).await;
+    let id = paused(&stack, "race for it").await;
+    let rid = stack.required_actions(id).await[0].id;
+    let requests: Vec<DecideRequest> = (0..24)
+        .map(|i| verdict(if i % 2 == 0 { "approve" } else { "deny" }))
+        .collect();
+    let decisions = requests
+        .iter()
+        .map(|request| stack.decide_via(id, TOOLS, rid, request));
     let outcomes = futures::future::join_all(decisions).await;
-    let winners: Vec<&(u16, Value)> = outcomes.iter().filter(|(s, _)| *s == 200).collect();
+    let winners: Vec<_> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
     assert_eq!(winners.len(), 1, "{outcomes:?}");
     assert!(
         outcomes
             .iter()
-            .filter(|(s, _)| *s != 200)
-            .all(|(s, b)| *s == 409 && b["error"]["code"] == "already_decided"),
+            .filter_map(|o| o.as_ref().err())
+            .all(|e| e.status == 409 && e.code == "already_decided"),
         "{outcomes:?}"
     );
-    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    let events = stack.events(&id).await.expect("events");
-    assert_eq!(events.iter().filter(|e| e["kind"] == "decision").count(), 1);
-    let approved = winners[0].1["required_action"]["status"] == "approved";
-    assert_eq!(stack.workspace(&id).join("r.txt").exists(), approved);
+    let done = stack
+        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    let events = stack.events(id).await;
+    assert_eq!(of_kind(&events, EventKind::Decision).count(), 1);
+    let approved = winners[0].required_action.status == ActionStatus::Approved;
+    assert_eq!(stack.workspace(id).join("r.txt").exists(), approved);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -438,37 +402,30 @@ async fn an_ask_is_answered_by_a_comment_and_a_follow_up_resumes_in_the_same_mov
             turn(&[call("ask", json!({"question": "Which colour?"}))]),
         ]},
     ]});
-    let Setup { stack, _dir } = setup(scenarios, &[("MAX_ASKS", "1")]).await;
-    let id = start(&stack, "paint the fence").await;
-    let paused = wait(&stack, &id, &["waiting_human", "failed"]).await;
-    assert_eq!(paused["latest_job"]["wait_reason"], "ask", "{paused}");
-    let items = pending(&stack, &id).await;
+    let stack = setup(scenarios, &[("MAX_ASKS", "1")]).await;
+    let id = paused(&stack, "paint the fence").await;
+    let task = stack.task(id).await;
+    assert_eq!(task.job().wait_reason, Some(WaitReason::Ask), "{task:?}");
+    let items = stack.required_actions(id).await;
     assert_eq!(items.len(), 1);
-    assert_eq!(items[0]["kind"], "ask");
-    assert_eq!(items[0]["question"], "Which colour?");
-    assert_eq!(items[0]["movement"], "write");
-    let rid = items[0]["id"].as_str().expect("id");
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "required-actions",
-        rid,
-        json!({"decision": "approve"}),
-    )
-    .await;
-    assert_eq!(status, 409, "an ask is answered with a comment");
+    assert_eq!(items[0].kind, WaitReason::Ask);
+    assert_eq!(items[0].text("question"), Some("Which colour?"));
+    assert_eq!(items[0].movement, "write");
+    let refused = stack.decide(id, items[0].id, &verdict("approve")).await;
+    assert_eq!(
+        refused.expect_err("refused").status,
+        409,
+        "an ask is answered with a comment"
+    );
 
-    let path = format!("/api/local/tasks/{id}/comments");
-    let (status, body) = stack
-        .api(Method::POST, &path, Some(&json!({"body": "Blue, please."})))
-        .await
-        .expect("comment");
-    assert_eq!(status, 201, "{body}");
-    assert_eq!(body["routed_to"], "answer");
-    let done = wait(&stack, &id, &["succeeded", "failed"]).await;
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    assert_eq!(done["latest_job"]["job_no"], 2, "a follow-up job: {done}");
-    assert_eq!(done["latest_job"]["result"], "painted blue");
+    let posted = stack.comment(id, "Blue, please.").await.expect("answered");
+    assert_eq!(posted.routed_to, RoutedTo::Answer);
+    let done = stack
+        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().job_no, 2, "a follow-up job: {done:?}");
+    assert_eq!(done.job().result.as_deref(), Some("painted blue"));
 
     let requests = stack.llm.requests().await.expect("requests");
     let follow_up: Vec<&Value> = requests
@@ -492,16 +449,23 @@ async fn an_ask_is_answered_by_a_comment_and_a_follow_up_resumes_in_the_same_mov
     // The ask limit (1) is reached: the second question is a tool error, not a pause.
     let answer = tool_answer(&stack, "call_0_0").await;
     assert!(answer.contains("the most allowed"), "{answer}");
-    let events = stack.events(&id).await.expect("events");
-    let first_job = &events[0]["job_id"];
-    assert!(events.iter().any(|e| e["job_id"] == *first_job
-        && e["kind"] == "job_state"
-        && e["payload"]["status"] == "succeeded"));
+    let events = stack.events(id).await;
+    let first_job = events[0].job_id;
     assert!(
-        events
-            .iter()
-            .any(|e| e["kind"] == "decision" && e["payload"]["decision"] == "answer")
+        of_kind(&events, EventKind::JobState)
+            .any(|e| e.job_id == first_job && e.payload["status"] == "succeeded")
     );
+    assert!(of_kind(&events, EventKind::Decision).any(|e| e.payload["decision"] == "answer"));
+}
+
+/// Approve the task's pending package request (there is one).
+async fn approve_package(stack: &Stack, id: TaskId) -> RequiredAction {
+    let item = stack.required_actions(id).await.remove(0);
+    let decided = stack
+        .decide_via(id, PACKAGES, item.id, &verdict("approve"))
+        .await;
+    decided.expect("approved");
+    item
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -513,83 +477,62 @@ async fn an_approved_package_is_installed_into_the_workspace_and_a_failure_is_re
         turn(&[call("request_package", json!({"name": "is-number", "manager": "npm", "version": "7.0.0"}))]),
         complete("installed"),
     ]}]});
-    let Setup { stack, _dir } = setup(scenarios, &[("TOOL_TIMEOUT_MS", "180000")]).await;
-    let id = start(&stack, "install six").await;
-    let paused = wait(&stack, &id, &["waiting_human", "failed"]).await;
+    let stack = setup(scenarios, &[("TOOL_TIMEOUT_MS", "180000")]).await;
+    let id = paused(&stack, "install six").await;
+    let task = stack.task(id).await;
     assert_eq!(
-        paused["latest_job"]["wait_reason"], "package_request",
-        "{paused}"
+        task.job().wait_reason,
+        Some(WaitReason::PackageRequest),
+        "{task:?}"
     );
-    let items = pending(&stack, &id).await;
+    let items = stack.required_actions(id).await;
     assert_eq!(
-        items[0]["package"],
+        items[0].detail["package"],
         json!({"name": "six", "manager": "pip", "version": "1.16.0"})
     );
-    let rid = items[0]["id"].as_str().expect("id");
-    let (status, _) = decide(
-        &stack,
-        &id,
-        "tool-requests",
-        rid,
-        json!({"decision": "approve"}),
-    )
-    .await;
-    assert_eq!(status, 404, "not a tool request");
-    let (status, body) = decide(
-        &stack,
-        &id,
-        "package-requests",
-        rid,
-        json!({"decision": "approve"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    let wrong = stack
+        .decide_via(id, TOOLS, items[0].id, &verdict("approve"))
+        .await;
+    assert_eq!(
+        wrong.expect_err("refused").status,
+        404,
+        "not a tool request"
+    );
+    approve_package(&stack, id).await;
 
-    let paused = stack
-        .wait_for_status(
-            &id,
-            &["waiting_human", "failed", "succeeded"],
-            Duration::from_secs(240),
-        )
-        .await
-        .expect("second request");
-    assert_eq!(paused["latest_job"]["status"], "waiting_human", "{paused}");
+    let installs = Duration::from_secs(240);
+    let settled = [
+        JobStatus::WaitingHuman,
+        JobStatus::Failed,
+        JobStatus::Succeeded,
+    ];
+    let second = stack.wait_within(id, &settled, installs).await;
+    assert_eq!(second.job().status, JobStatus::WaitingHuman, "{second:?}");
     let installed = tool_answer(&stack, "call_0_0").await;
     assert!(installed.contains("installed six 1.16.0"), "{installed}");
     let imported = tool_answer(&stack, "call_1_0").await;
     assert!(imported.contains("1.16.0"), "{imported}");
-    assert!(stack.workspace(&id).join(".maestro/pip/six.py").exists());
+    assert!(stack.workspace(id).join(".maestro/pip/six.py").exists());
 
-    let items = pending(&stack, &id).await;
-    approve_package(&stack, &id, &items[0]).await;
+    approve_package(&stack, id).await;
     // The failed install is reported to the model, which asks for an npm package next.
-    let paused = stack
-        .wait_for_status(
-            &id,
-            &["waiting_human", "failed", "succeeded"],
-            Duration::from_secs(240),
-        )
-        .await
-        .expect("npm request");
-    assert_eq!(paused["latest_job"]["status"], "waiting_human", "{paused}");
+    let third = stack.wait_within(id, &settled, installs).await;
+    assert_eq!(third.job().status, JobStatus::WaitingHuman, "{third:?}");
     let failed = tool_answer(&stack, "call_2_0").await;
     assert!(
         failed.starts_with("Error:")
             && failed.contains("installing maestro-no-such-package-4821 failed"),
         "{failed}"
     );
-    let items = pending(&stack, &id).await;
-    assert_eq!(items[0]["package"]["manager"], "npm");
-    approve_package(&stack, &id, &items[0]).await;
-    let done = stack
-        .wait_for_status(&id, &["succeeded", "failed"], Duration::from_secs(240))
-        .await
-        .expect("done");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    let npm_item = approve_package(&stack, id).await;
+    assert_eq!(npm_item.detail["package"]["manager"], "npm");
+    let over = [JobStatus::Succeeded, JobStatus::Failed];
+    let done = stack.wait_within(id, &over, installs).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     let npm = tool_answer(&stack, "call_3_0").await;
     assert!(npm.contains("installed is-number 7.0.0 with npm"), "{npm}");
     let manifest = stack
-        .workspace(&id)
+        .workspace(id)
         .join(".maestro/npm/node_modules/is-number/package.json");
     assert!(manifest.exists(), "installed into the workspace only");
 }
@@ -600,38 +543,23 @@ async fn a_cancelled_pause_waits_for_nothing_and_takes_no_decision() {
         turn(&[write("c.txt", "never")]),
         complete("not reached"),
     ]}]});
-    let Setup { stack, _dir } = setup(scenarios, &[]).await;
-    let id = start(&stack, "write c").await;
-    wait(&stack, &id, &["waiting_human"]).await;
-    let rid = pending(&stack, &id).await[0]["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    let cancel = format!("/api/local/tasks/{id}/cancel");
-    let (status, _) = stack
-        .api(Method::POST, &cancel, None)
-        .await
-        .expect("cancel");
-    assert_eq!(status, 200);
+    let stack = setup(scenarios, &[]).await;
+    let id = paused(&stack, "write c").await;
+    let rid = stack.required_actions(id).await[0].id;
+    stack.cancel(id).await.expect("cancelled");
     assert!(
-        pending(&stack, &id).await.is_empty(),
+        stack.required_actions(id).await.is_empty(),
         "nothing is waited for"
     );
-    let (status, body) = decide(
-        &stack,
-        &id,
-        "tool-requests",
-        &rid,
-        json!({"decision": "approve"}),
-    )
-    .await;
+    let refused = stack.decide_via(id, TOOLS, rid, &verdict("approve")).await;
+    let refused = refused.expect_err("refused");
     assert_eq!(
-        (status, &body["error"]["code"]),
-        (409, &json!("not_waiting")),
-        "{body}"
+        (refused.status, refused.code.as_str()),
+        (409, "not_waiting"),
+        "{refused}"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let task = stack.get_task(&id).await.expect("task");
-    assert_eq!(task["latest_job"]["status"], "cancelled");
-    assert!(!stack.workspace(&id).join("c.txt").exists());
+    let task = stack.task(id).await;
+    assert_eq!(task.job().status, JobStatus::Cancelled);
+    assert!(!stack.workspace(id).join("c.txt").exists());
 }

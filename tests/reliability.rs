@@ -8,23 +8,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use maestro_testkit::{Service, Stack, StackOptions};
+use maestro_api::Task;
+use maestro_domain::{Event, EventKind, JobStatus};
+use maestro_testkit::{Service, Stack, StackOptions, TaskExt, job_states, of_kind};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn job_states(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|e| e["kind"] == "job_state")
-        .map(|e| {
-            e["payload"]["status"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect()
-}
 
 fn time(value: &Value) -> DateTime<Utc> {
     value
@@ -34,20 +23,15 @@ fn time(value: &Value) -> DateTime<Utc> {
 }
 
 /// Every event has a seq and a job_seq, gap-free from 1, and no tool call got two results.
-fn assert_consistent(events: &[Value]) {
-    let seqs: Vec<i64> = events
-        .iter()
-        .map(|e| e["seq"].as_i64().expect("seq"))
-        .collect();
+fn assert_consistent(events: &[Event]) {
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(
         seqs,
         (1..=seqs.len() as i64).collect::<Vec<_>>(),
         "seq gap-free and unique"
     );
-    let mut results: Vec<&str> = events
-        .iter()
-        .filter(|e| e["kind"] == "tool_result")
-        .map(|e| e["payload"]["call_id"].as_str().unwrap_or_default())
+    let mut results: Vec<&str> = of_kind(events, EventKind::ToolResult)
+        .map(|e| e.payload["call_id"].as_str().unwrap_or_default())
         .collect();
     let total = results.len();
     results.sort();
@@ -73,8 +57,8 @@ fn slow_second_turn(matches: &str) -> Value {
 }
 
 /// Wait until the task's second turn is streaming (a delta after the first tool result).
-async fn wait_for_second_turn(stack: &Stack, task_id: &str) {
-    let mut stream = stack.stream(task_id, None).await.expect("stream");
+async fn wait_for_second_turn(stack: &Stack, task_id: impl std::fmt::Display) {
+    let mut stream = stack.stream(task_id, None).await;
     let mut seen_result = false;
     let items = stream
         .read_until(WAIT, |item| {
@@ -128,78 +112,78 @@ async fn a_rate_limited_llm_call_waits_for_retry_after_then_succeeds() {
         .env("RETRY_BASE_MS", "100")
         .env("RETRY_MAX_MS", "200");
     let stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "be patient"}))
+    let id = stack
+        .create(&json!({"instruction": "be patient"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
+        .id();
     let done = stack
-        .wait_for_status(id, &["succeeded", "failed"], WAIT)
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 
-    let events = stack.events(id).await.expect("events");
+    let events = stack.events(id).await;
     assert_eq!(
         job_states(&events),
         ["queued", "running", "retry", "running", "succeeded"]
     );
     let retry = events
         .iter()
-        .find(|e| e["payload"]["status"] == "retry")
+        .find(|e| e.payload["status"] == "retry")
         .expect("retry event");
-    let next_retry_at = time(&retry["payload"]["next_retry_at"]);
-    let waited = next_retry_at - time(&retry["created_at"]);
+    let next_retry_at = time(&retry.payload["next_retry_at"]);
+    let waited = next_retry_at - retry.created_at;
     assert!(
         waited >= chrono::Duration::milliseconds(1900),
         "Retry-After (2 s) wins over the 100 ms backoff: waited {waited}"
     );
     let reclaimed = events
         .iter()
-        .filter(|e| e["payload"]["status"] == "running")
+        .filter(|e| e.payload["status"] == "running")
         .nth(1)
         .expect("second claim");
     assert!(
-        time(&reclaimed["created_at"]) >= next_retry_at - chrono::Duration::milliseconds(100),
-        "not claimed before its time: {reclaimed} vs {next_retry_at}"
+        reclaimed.created_at >= next_retry_at - chrono::Duration::milliseconds(100),
+        "not claimed before its time: {reclaimed:?} vs {next_retry_at}"
     );
     assert!(
-        retry["payload"]["error"]
+        retry.payload["error"]
             .as_str()
             .unwrap_or_default()
             .contains("429")
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn persistent_server_errors_fail_the_job_after_its_attempts_are_spent() {
+/// A stack whose LLM fails every call with `status`, with `env`, and a task run on it until
+/// it is over.
+async fn doomed(status: u16, body: &str, env: &[(&str, &str)]) -> (Stack, Task) {
     let scenario = json!({"scenarios": [{
         "name": "broken",
-        "turns": [{"fail": {"status": 500, "body": "it is broken", "times": 0}}]
+        "turns": [{"fail": {"status": status, "body": body, "times": 0}}]
     }]});
-    let options = StackOptions::new(scenario)
-        .env("JOB_MAX_ATTEMPTS", "3")
+    let mut options = StackOptions::new(scenario)
         .env("RETRY_BASE_MS", "100")
         .env("RETRY_MAX_MS", "200");
+    for (key, value) in env {
+        options = options.env(key, value);
+    }
     let stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "doomed"}))
-        .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
-    let done = stack
-        .wait_for_status(id, &["failed", "succeeded"], WAIT)
-        .await
-        .expect("ends");
-    let job = &done["latest_job"];
-    assert_eq!(job["status"], "failed");
-    assert_eq!(job["attempt"], 3, "three attempts, counted");
-    let error = job["error"].as_str().unwrap_or_default();
+    let done = stack.run(&json!({"instruction": "doomed"})).await;
+    (stack, done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_server_errors_fail_the_job_after_its_attempts_are_spent() {
+    let (stack, done) = doomed(500, "it is broken", &[("JOB_MAX_ATTEMPTS", "3")]).await;
+    let id = done.id();
+    let job = done.job();
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.attempt, 3, "three attempts, counted");
+    let error = job.error.as_deref().unwrap_or_default();
     assert!(
         error.contains("500") && error.contains("gave up after 3 attempts"),
         "{error}"
     );
-    let events = stack.events(id).await.expect("events");
+    let events = stack.events(id).await;
     assert_eq!(
         job_states(&events),
         [
@@ -231,31 +215,15 @@ async fn persistent_server_errors_fail_the_job_after_its_attempts_are_spent() {
 /// fails the job at once, with the error, even though attempts are left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_delivery_fails_the_job_even_with_attempts_left() {
-    let scenario = json!({"scenarios": [{
-        "name": "broken",
-        "turns": [{"fail": {"status": 503, "body": "overloaded", "times": 0}}]
-    }]});
-    let options = StackOptions::new(scenario)
-        .env("JOB_MAX_ATTEMPTS", "10")
-        .env("JOB_MAX_DELIVER", "2")
-        .env("RETRY_BASE_MS", "100")
-        .env("RETRY_MAX_MS", "200");
-    let stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "doomed"}))
-        .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id");
-    let done = stack
-        .wait_for_status(id, &["failed", "succeeded"], WAIT)
-        .await
-        .expect("ends");
-    let job = &done["latest_job"];
-    assert_eq!(job["status"], "failed", "{done}");
-    assert_eq!(job["attempt"], 2, "two deliveries, two attempts");
-    let error = job["error"].as_str().unwrap_or_default();
+    let env = [("JOB_MAX_ATTEMPTS", "10"), ("JOB_MAX_DELIVER", "2")];
+    let (stack, done) = doomed(503, "overloaded", &env).await;
+    let id = done.id();
+    let job = done.job();
+    assert_eq!(job.status, JobStatus::Failed, "{done:?}");
+    assert_eq!(job.attempt, 2, "two deliveries, two attempts");
+    let error = job.error.as_deref().unwrap_or_default();
     assert!(error.contains("503"), "{error}");
-    let events = stack.events(id).await.expect("events");
+    let events = stack.events(id).await;
     assert_eq!(
         job_states(&events),
         ["queued", "running", "retry", "running", "failed"]
@@ -277,29 +245,30 @@ async fn a_missing_tool_runner_is_waited_for() {
         .env("JOB_MAX_DELIVER", "60");
     options.services.retain(|s| *s != Service::ToolRunner);
     let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "list the files"}))
+    let id = stack
+        .create(&json!({"instruction": "list the files"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id").to_owned();
+        .id();
     let waiting = stack
-        .wait_for_status(&id, &["retry", "failed", "succeeded"], WAIT)
-        .await
-        .expect("retry");
-    assert_eq!(waiting["latest_job"]["status"], "retry", "{waiting}");
+        .wait_within(
+            id,
+            &[JobStatus::Retry, JobStatus::Failed, JobStatus::Succeeded],
+            WAIT,
+        )
+        .await;
+    assert_eq!(waiting.job().status, JobStatus::Retry, "{waiting:?}");
     assert!(
-        waiting["latest_job"]["next_retry_at"].is_string(),
-        "the retry time is visible: {waiting}"
+        waiting.job().next_retry_at.is_some(),
+        "the retry time is visible: {waiting:?}"
     );
     stack
         .start(Service::ToolRunner, "tool-runner", &[])
         .await
         .expect("tool-runner");
     let done = stack
-        .wait_for_status(&id, &["succeeded", "failed"], WAIT)
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(
         stack.llm.requests().await.expect("requests").len(),
         2,
@@ -317,12 +286,11 @@ async fn a_paused_worker_is_fenced_when_it_wakes_up() {
         .start(Service::Worker, "worker-a", &[])
         .await
         .expect("worker a");
-    let task = stack
-        .create_task(json!({"instruction": "zombie test"}))
+    let id = stack
+        .create(&json!({"instruction": "zombie test"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id").to_owned();
-    wait_for_second_turn(&stack, &id).await;
+        .id();
+    wait_for_second_turn(&stack, id).await;
 
     stack.process("worker-a").signal("STOP");
     stack
@@ -330,12 +298,12 @@ async fn a_paused_worker_is_fenced_when_it_wakes_up() {
         .await
         .expect("worker b");
     let done = stack
-        .wait_for_status(&id, &["succeeded", "failed"], WAIT)
-        .await
-        .expect("ends");
+        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+        .await;
     assert_eq!(
-        done["latest_job"]["status"], "succeeded",
-        "worker b finished the job: {done}"
+        done.job().status,
+        JobStatus::Succeeded,
+        "worker b finished the job: {done:?}"
     );
     stack.process("worker-a").signal("CONT");
     // Worker a wakes mid-stream with a job it no longer holds.
@@ -356,7 +324,7 @@ async fn a_paused_worker_is_fenced_when_it_wakes_up() {
         "the fenced worker keeps serving"
     );
 
-    let events = stack.events(&id).await.expect("events");
+    let events = stack.events(id).await;
     assert_consistent(&events);
     assert_eq!(
         job_states(&events),
@@ -364,12 +332,12 @@ async fn a_paused_worker_is_fenced_when_it_wakes_up() {
     );
     let workers: Vec<&str> = events
         .iter()
-        .filter_map(|e| e["payload"]["worker_id"].as_str())
+        .filter_map(|e| e.payload["worker_id"].as_str())
         .collect();
     assert_eq!(workers, ["worker-a", "worker-b"]);
     let assistant = events
         .iter()
-        .filter(|e| e["kind"] == "message" && e["payload"]["role"] == "assistant")
+        .filter(|e| e.kind == EventKind::Message && e.payload["role"] == "assistant")
         .count();
     assert_eq!(assistant, 2, "the zombie's late answer was not written");
 }
@@ -385,12 +353,11 @@ async fn sigterm_drains_a_worker_and_another_takes_its_job_over_at_once() {
         .start(Service::Worker, "worker-a", &[])
         .await
         .expect("worker a");
-    let task = stack
-        .create_task(json!({"instruction": "drain test"}))
+    let id = stack
+        .create(&json!({"instruction": "drain test"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id").to_owned();
-    wait_for_second_turn(&stack, &id).await;
+        .id();
+    wait_for_second_turn(&stack, id).await;
     stack
         .start(Service::Worker, "worker-b", &[])
         .await
@@ -403,36 +370,38 @@ async fn sigterm_drains_a_worker_and_another_takes_its_job_over_at_once() {
         .expect("worker a exits");
     assert!(exit.success(), "a drained worker exits 0: {exit:?}");
     let done = stack
-        .wait_for_status(&id, &["succeeded", "failed"], Duration::from_secs(15))
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-    assert_eq!(done["latest_job"]["attempt"], 2);
+        .wait_within(
+            id,
+            &[JobStatus::Succeeded, JobStatus::Failed],
+            Duration::from_secs(15),
+        )
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().attempt, 2);
     assert_eq!(
-        done["latest_job"]["max_attempts"], 6,
+        done.job().max_attempts,
+        6,
         "the handover did not use up an attempt"
     );
 
-    let events = stack.events(&id).await.expect("events");
+    let events = stack.events(id).await;
     assert_consistent(&events);
     assert_eq!(
         job_states(&events),
         ["queued", "running", "queued", "running", "succeeded"]
     );
-    let released = events
-        .iter()
-        .filter(|e| e["kind"] == "job_state")
+    let released = of_kind(&events, EventKind::JobState)
         .nth(2)
         .expect("release");
-    assert_eq!(released["payload"]["reason"], "the worker is shutting down");
-    let results = events.iter().filter(|e| e["kind"] == "tool_result").count();
+    assert_eq!(released.payload["reason"], "the worker is shutting down");
+    let results = of_kind(&events, EventKind::ToolResult).count();
     assert_eq!(
         results, 2,
         "the committed write was not repeated by worker b"
     );
 
     // Every other service exits 0 on SIGTERM too, the gateway with an SSE client attached.
-    let _open_stream = stack.stream(&id, None).await.expect("stream");
+    let _open_stream = stack.stream(id, None).await;
     for instance in [
         "api-gateway",
         "scheduler",
@@ -459,15 +428,11 @@ async fn a_second_sigterm_exits_at_once() {
     ]}]});
     let options = StackOptions::new(scenario).env("SHUTDOWN_GRACE_MS", "30000");
     let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "take your time"}))
+    let id = stack
+        .create(&json!({"instruction": "take your time"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id").to_owned();
-    stack
-        .wait_for_status(&id, &["running"], WAIT)
-        .await
-        .expect("running");
+        .id();
+    stack.wait_within(id, &[JobStatus::Running], WAIT).await;
     let worker = stack.process("worker");
     worker.signal("TERM");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -495,14 +460,10 @@ async fn the_stack_rides_out_a_nats_restart() {
     }]});
     let options = StackOptions::new(scenario).env("REDISPATCH_GRACE_MS", "1000");
     let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    let before = stack
-        .create_task(json!({"instruction": "before"}))
-        .await
-        .expect("task");
+    let before = stack.create(&json!({"instruction": "before"})).await;
     stack
-        .wait_for_status(before["id"].as_str().expect("id"), &["succeeded"], WAIT)
-        .await
-        .expect("ok before");
+        .wait_within(before.id(), &[JobStatus::Succeeded], WAIT)
+        .await;
 
     stack.nats.kill().await;
     let body = wait_for_readiness(&stack, 503).await;
@@ -510,7 +471,7 @@ async fn the_stack_rides_out_a_nats_restart() {
     assert_eq!(body["checks"]["postgres"], true, "{body}");
     // Accepted while NATS is down: committed now, dispatched once NATS is back.
     let during = stack
-        .create_task(json!({"instruction": "during"}))
+        .try_create(&json!({"instruction": "during"}))
         .await
         .expect("accepted without NATS");
     stack.nats.restart().await.expect("NATS restarts");
@@ -518,18 +479,14 @@ async fn the_stack_rides_out_a_nats_restart() {
 
     for task in [
         &during,
-        &stack
-            .create_task(json!({"instruction": "after"}))
-            .await
-            .expect("task"),
+        &stack.create(&json!({"instruction": "after"})).await,
     ] {
-        let id = task["id"].as_str().expect("id");
+        let id = task.id();
         let done = stack
-            .wait_for_status(id, &["succeeded", "failed"], WAIT)
-            .await
-            .expect("ends");
-        assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
-        assert_consistent(&stack.events(id).await.expect("events"));
+            .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+            .await;
+        assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+        assert_consistent(&stack.events(id).await);
     }
 }
 
@@ -544,55 +501,38 @@ async fn the_stack_rides_out_a_postgres_restart_even_mid_job() {
         .env("JOB_ACK_WAIT_MS", "2000")
         .env("REDISPATCH_GRACE_MS", "1000");
     let stack = Stack::spawn(options).await.expect("the stack starts");
-    let first = stack
-        .create_task(json!({"instruction": "first"}))
-        .await
-        .expect("task");
+    let first = stack.create(&json!({"instruction": "first"})).await;
     stack
-        .wait_for_status(first["id"].as_str().expect("id"), &["succeeded"], WAIT)
-        .await
-        .expect("ok");
+        .wait_within(first.id(), &[JobStatus::Succeeded], WAIT)
+        .await;
 
-    let slow = stack
-        .create_task(json!({"instruction": "mid-job"}))
-        .await
-        .expect("task");
-    let slow_id = slow["id"].as_str().expect("id").to_owned();
-    wait_for_second_turn(&stack, &slow_id).await;
+    let slow_id = stack.create(&json!({"instruction": "mid-job"})).await.id();
+    wait_for_second_turn(&stack, slow_id).await;
     let postgres = stack.postgres.as_ref().expect("private postgres");
     postgres.stop().expect("Postgres stops");
     let body = wait_for_readiness(&stack, 503).await;
     assert_eq!(body["checks"]["postgres"], false, "{body}");
     let refused = stack
-        .http
-        .post(stack.url("/api/local/tasks"))
-        .bearer_auth(&stack.token)
-        .json(&json!({"instruction": "while the database is down"}))
-        .send()
+        .try_create(&json!({"instruction": "while the database is down"}))
         .await
-        .expect("answered");
-    assert_eq!(refused.status(), 503, "not accepted, so not lost");
-    let refused: Value = refused.json().await.expect("json");
-    assert_eq!(refused["error"]["code"], "unavailable");
+        .expect_err("refused");
+    assert_eq!(refused.status, 503, "not accepted, so not lost");
+    assert_eq!(refused.code, "unavailable");
     tokio::time::sleep(Duration::from_secs(1)).await;
     postgres.start_again().expect("Postgres starts again");
     wait_for_readiness(&stack, 200).await;
 
     let done = stack
-        .wait_for_status(&slow_id, &["succeeded", "failed"], WAIT)
-        .await
-        .expect("ends");
+        .wait_within(slow_id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+        .await;
     assert_eq!(
-        done["latest_job"]["status"], "succeeded",
-        "the job in flight survived: {done}"
+        done.job().status,
+        JobStatus::Succeeded,
+        "the job in flight survived: {done:?}"
     );
-    assert_consistent(&stack.events(&slow_id).await.expect("events"));
-    let after = stack
-        .create_task(json!({"instruction": "after"}))
-        .await
-        .expect("task");
+    assert_consistent(&stack.events(slow_id).await);
+    let after = stack.create(&json!({"instruction": "after"})).await;
     stack
-        .wait_for_status(after["id"].as_str().expect("id"), &["succeeded"], WAIT)
-        .await
-        .expect("ok after");
+        .wait_within(after.id(), &[JobStatus::Succeeded], WAIT)
+        .await;
 }

@@ -1,20 +1,27 @@
 //! Side effects and the tool policy through the whole stack. An external effect (a counter
 //! kept by an HTTP server of the test's own, reached with `http_fetch`) happens exactly once
 //! whatever crashes around it: a tool-runner killed mid-effect leaves the job paused
-//! (`side_effect_unknown`), a worker killed mid-effect is replaced by one that learns the
-//! recorded outcome. Calls the workspace policy refuses outright are answered with an error;
-//! read-only results are reused until the workspace changes.
+//! (`side_effect_unknown`) until a person says whether it happened (`happened`: not run again;
+//! `not_happened`: run again, once); a worker killed mid-effect is replaced by one that learns
+//! the recorded outcome. Calls the workspace policy refuses outright are answered with an
+//! error; read-only results are reused until the workspace changes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use maestro_testkit::{Service, Stack, StackOptions};
+use maestro_api::DecideRequest;
+use maestro_domain::{EventKind, JobStatus, TaskId, WaitReason};
+use maestro_testkit::{Service, Stack, StackOptions, TaskExt, of_kind, tool_results};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
 
-/// An HTTP server counting `POST /count`; it answers `delay` after counting.
+/// Network for the tests' own counter, nothing else.
+const NETWORK: &str = r#"{"network": true, "allowed_hosts": ["127.0.0.1"]}"#;
+
+/// An HTTP server counting `POST /count`; the first request is answered `delay` after it is
+/// counted, later ones at once.
 async fn counter(delay: Duration) -> (String, Arc<AtomicUsize>) {
     let count = Arc::new(AtomicUsize::new(0));
     let counted = count.clone();
@@ -24,7 +31,9 @@ async fn counter(delay: Duration) -> (String, Arc<AtomicUsize>) {
             let counted = counted.clone();
             async move {
                 let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
-                tokio::time::sleep(delay).await;
+                if n == 1 {
+                    tokio::time::sleep(delay).await;
+                }
                 format!("counted {n}")
             }
         }),
@@ -47,13 +56,6 @@ fn effect_scenario(url: &str) -> Value {
     }]})
 }
 
-/// A policy file granting network, for the whole stack.
-fn policy(stack_dir: &std::path::Path, policy: Value) -> String {
-    let path = stack_dir.join(format!("policy-{}.json", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&path, policy.to_string()).expect("write policy");
-    path.display().to_string()
-}
-
 async fn wait_for_count(count: &AtomicUsize, n: usize) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while count.load(Ordering::SeqCst) < n {
@@ -72,24 +74,19 @@ async fn operation_status(stack: &Stack) -> Vec<String> {
         .expect("operations")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tool_runner_killed_mid_effect_leaves_the_job_paused_not_repeated() {
+/// A task whose effect happened once while its tool-runner was killed mid-call: the job is
+/// paused for a person (`side_effect_unknown`), the effect not repeated.
+async fn effect_lost() -> (Stack, TaskId, Arc<AtomicUsize>) {
     let (url, count) = counter(Duration::from_secs(3)).await;
-    let dir = tempfile::tempdir().expect("dir");
-    let policy = policy(
-        dir.path(),
-        json!({"network": true, "allowed_hosts": ["127.0.0.1"]}),
-    );
     let options = StackOptions::new(effect_scenario(&url))
-        .env("WORKSPACE_POLICY", &policy)
+        .policy(NETWORK)
         .env("TOOL_TIMEOUT_MS", "3000")
         .env("RETRY_BASE_MS", "200");
     let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    let task = stack
-        .create_task(json!({"instruction": "count once"}))
+    let id = stack
+        .create(&json!({"instruction": "count once"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id").to_owned();
+        .id();
     wait_for_count(&count, 1).await;
     stack.kill("tool-runner").await;
     stack
@@ -97,79 +94,95 @@ async fn a_tool_runner_killed_mid_effect_leaves_the_job_paused_not_repeated() {
         .await
         .expect("tool-runner again");
 
-    let done = stack
-        .wait_for_status(&id, &["waiting_human", "succeeded", "failed"], WAIT)
-        .await
-        .expect("settles");
-    assert_eq!(done["latest_job"]["status"], "waiting_human", "{done}");
-    assert_eq!(done["latest_job"]["wait_reason"], "side_effect_unknown");
+    let settled = [
+        JobStatus::WaitingHuman,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+    ];
+    let done = stack.wait_within(id, &settled, WAIT).await;
+    assert_eq!(done.job().status, JobStatus::WaitingHuman, "{done:?}");
+    assert_eq!(done.job().wait_reason, Some(WaitReason::SideEffectUnknown));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         count.load(Ordering::SeqCst),
         1,
         "the effect was not repeated"
     );
-    let events = stack.events(&id).await.expect("events");
+    let events = stack.events(id).await;
     let pause = events.last().expect("events");
-    let reason = pause["payload"]["reason"].as_str().unwrap_or_default();
+    let reason = pause.payload["reason"].as_str().unwrap_or_default();
     assert!(
         reason.contains("http_fetch") && reason.contains("outcome is unknown"),
-        "the pause says what: {pause}"
+        "the pause says what: {pause:?}"
     );
     assert_eq!(
         operation_status(&stack).await,
         ["started"],
         "the ledger shows it started, outcome unknown"
     );
+    (stack, id, count)
+}
 
+/// Say whether the lost effect happened (`happened` / `not_happened`); the job resumes.
+async fn settle_lost_effect(stack: &Stack, id: TaskId, verdict: &str) {
+    let items = stack.required_actions(id).await;
+    let item = &items[0];
+    assert_eq!(item.kind, WaitReason::SideEffectUnknown, "{items:?}");
+    assert_eq!(item.text("tool"), Some("http_fetch"));
+    let refused = stack
+        .decide(id, item.id, &DecideRequest::new("approve"))
+        .await;
+    assert_eq!(
+        refused.expect_err("refused").status,
+        422,
+        "this kind takes happened / not_happened"
+    );
+    let decided = stack
+        .decide(id, item.id, &DecideRequest::new(verdict))
+        .await;
+    assert!(decided.expect("decided").resumed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_runner_killed_mid_effect_leaves_the_job_paused_not_repeated() {
+    let (stack, id, count) = effect_lost().await;
     // A person looks at the counter and says the call took effect: the job goes on without
     // running it again, and the ledger records it as committed.
-    let path = format!("/api/local/tasks/{id}/required-actions");
-    let (_, pending) = stack
-        .api(reqwest::Method::GET, &path, None)
-        .await
-        .expect("list");
-    let item = &pending["required_actions"][0];
-    assert_eq!(item["kind"], "side_effect_unknown", "{pending}");
-    assert_eq!(item["tool"], "http_fetch");
-    let decide = format!("{path}/{}/decide", item["id"].as_str().expect("id"));
-    let (status, _) = stack
-        .api(
-            reqwest::Method::POST,
-            &decide,
-            Some(&json!({"decision": "approve"})),
-        )
-        .await
-        .expect("decide");
-    assert_eq!(status, 422, "this kind takes happened / not_happened");
-    let (status, body) = stack
-        .api(
-            reqwest::Method::POST,
-            &decide,
-            Some(&json!({"decision": "happened"})),
-        )
-        .await
-        .expect("decide");
-    assert_eq!((status, &body["resumed"]), (200, &json!(true)), "{body}");
+    settle_lost_effect(&stack, id, "happened").await;
     let done = stack
-        .wait_for_status(&id, &["succeeded", "failed"], WAIT)
-        .await
-        .expect("ends");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(count.load(Ordering::SeqCst), 1, "still exactly once");
     assert_eq!(operation_status(&stack).await, ["committed"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_effect_a_person_says_did_not_happen_runs_again_once() {
+    let (stack, id, count) = effect_lost().await;
+    settle_lost_effect(&stack, id, "not_happened").await;
+    let done = stack
+        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 2, "run again, once");
+    let results = tool_results(&stack.events(id).await);
+    assert!(
+        results[0].0.ends_with("counted 2") && !results[0].1,
+        "the call's result is the second run's: {results:?}"
+    );
+    assert_eq!(
+        operation_status(&stack).await,
+        ["committed"],
+        "one operation, now with its outcome"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_effect_is_replaced_by_one_that_learns_the_outcome() {
     let (url, count) = counter(Duration::from_secs(2)).await;
-    let dir = tempfile::tempdir().expect("dir");
-    let policy = policy(
-        dir.path(),
-        json!({"network": true, "allowed_hosts": ["127.0.0.1"]}),
-    );
     let mut options = StackOptions::new(effect_scenario(&url))
-        .env("WORKSPACE_POLICY", &policy)
+        .policy(NETWORK)
         .env("JOB_ACK_WAIT_MS", "1500");
     options.services.retain(|s| *s != Service::Worker);
     let mut stack = Stack::spawn(options).await.expect("the stack starts");
@@ -177,11 +190,10 @@ async fn a_worker_killed_mid_effect_is_replaced_by_one_that_learns_the_outcome()
         .start(Service::Worker, "worker-a", &[])
         .await
         .expect("worker a");
-    let task = stack
-        .create_task(json!({"instruction": "count once"}))
+    let id = stack
+        .create(&json!({"instruction": "count once"}))
         .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id").to_owned();
+        .id();
     wait_for_count(&count, 1).await;
     stack.kill("worker-a").await;
     stack
@@ -189,23 +201,24 @@ async fn a_worker_killed_mid_effect_is_replaced_by_one_that_learns_the_outcome()
         .await
         .expect("worker b");
 
-    let done = stack
-        .wait_for_status(&id, &["succeeded", "failed", "waiting_human"], WAIT)
-        .await
-        .expect("settles");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+    let settled = [
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::WaitingHuman,
+    ];
+    let done = stack.wait_within(id, &settled, WAIT).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(count.load(Ordering::SeqCst), 1, "exactly once");
-    let events = stack.events(&id).await.expect("events");
-    let result = events
-        .iter()
-        .find(|e| e["kind"] == "tool_result" && e["payload"]["name"] == "http_fetch")
+    let events = stack.events(id).await;
+    let result = of_kind(&events, EventKind::ToolResult)
+        .find(|e| e.payload["name"] == "http_fetch")
         .expect("result");
     assert!(
-        result["payload"]["content"]
+        result.payload["content"]
             .as_str()
             .unwrap_or_default()
             .contains("counted 1"),
-        "{result}"
+        "{result:?}"
     );
     assert_eq!(
         operation_status(&stack).await,
@@ -216,11 +229,10 @@ async fn a_worker_killed_mid_effect_is_replaced_by_one_that_learns_the_outcome()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_outside_the_policy_are_refused_and_read_only_results_are_reused() {
-    let dir = tempfile::tempdir().expect("dir");
-    let policy = policy(
-        dir.path(),
-        json!({"allowed_tools": ["read_file", "write_file", "shell", "http_fetch"], "command_deny": ["*rm *"]}),
-    );
+    let policy = json!({
+        "allowed_tools": ["read_file", "write_file", "shell", "http_fetch"],
+        "command_deny": ["*rm *"]
+    });
     let scenario = json!({"scenarios": [{
         "name": "policy",
         "turns": [
@@ -236,47 +248,26 @@ async fn calls_outside_the_policy_are_refused_and_read_only_results_are_reused()
             {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
         ]
     }]});
-    let stack = Stack::spawn(StackOptions::new(scenario).env("WORKSPACE_POLICY", &policy))
-        .await
-        .expect("stack");
-    let task = stack
-        .create_task(json!({"instruction": "policy"}))
-        .await
-        .expect("task");
-    let id = task["id"].as_str().expect("id").to_owned();
+    let options = StackOptions::new(scenario).policy(&policy.to_string());
+    let stack = Stack::spawn(options).await.expect("stack");
+    let id = stack.create(&json!({"instruction": "policy"})).await.id();
     // Change the file behind the agent's back while turn 3 waits: a cached read does not see it.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let events = stack.events(&id).await.expect("events");
-        if events.iter().filter(|e| e["kind"] == "tool_result").count() >= 4 {
+        let events = stack.events(id).await;
+        if of_kind(&events, EventKind::ToolResult).count() >= 4 {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "turn 2 never ran");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    std::fs::write(stack.workspace(&id).join("a.txt"), "two").expect("outside change");
+    std::fs::write(stack.workspace(id).join("a.txt"), "two").expect("outside change");
     let done = stack
-        .wait_for_status(&id, &["succeeded", "failed"], WAIT)
-        .await
-        .expect("settles");
-    assert_eq!(done["latest_job"]["status"], "succeeded", "{done}");
+        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 
-    let results: Vec<(String, bool)> = stack
-        .events(&id)
-        .await
-        .expect("events")
-        .iter()
-        .filter(|e| e["kind"] == "tool_result")
-        .map(|e| {
-            (
-                e["payload"]["content"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                e["payload"]["is_error"] == true,
-            )
-        })
-        .collect();
+    let results = tool_results(&stack.events(id).await);
     // Refused outright (no approval can lift these; tools outside the allowed list become
     // tool requests instead: tests/pauses.rs).
     assert!(
@@ -297,5 +288,5 @@ async fn calls_outside_the_policy_are_refused_and_read_only_results_are_reused()
         results[6].0, "two",
         "a write empties the cache: the next read sees the file"
     );
-    assert!(stack.workspace(&id).join("a.txt").exists(), "rm never ran");
+    assert!(stack.workspace(id).join("a.txt").exists(), "rm never ran");
 }

@@ -7,7 +7,9 @@
 //! fails, the tail of each is printed. Set `TEST_LOG=1` to print them always.
 
 mod bins;
+pub mod client;
 mod db;
+pub mod history;
 mod llm;
 mod nats;
 mod postgres;
@@ -17,7 +19,9 @@ mod sse;
 mod stack;
 
 pub use bins::binary;
+pub use client::{Client, Refused, SETTLED, WAIT};
 pub use db::TestDb;
+pub use history::{TaskExt, job_states, of_kind, tool_results};
 pub use llm::ScriptedLlm;
 pub use nats::NatsServer;
 pub use postgres::PgServer;

@@ -16,3 +16,13 @@ pub fn turn(calls: &[Value]) -> Value {
 pub fn complete(result: &str) -> Value {
     turn(&[call("complete", json!({"result": result}))])
 }
+
+/// A `delegate` call: a subtask with this instruction.
+pub fn delegate(instruction: &str) -> Value {
+    call("delegate", json!({"instruction": instruction}))
+}
+
+/// A `transition` call to `target`.
+pub fn transition(target: &str, reason: &str) -> Value {
+    call("transition", json!({"target": target, "reason": reason}))
+}

@@ -2,12 +2,11 @@
 //! five services, each a real process.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use serde_json::Value;
 
-use crate::{NatsServer, PgServer, Process, ScriptedLlm, SseClient, TestDb};
+use crate::{Client, NatsServer, PgServer, Process, ScriptedLlm, TestDb};
 
 /// The five services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +58,8 @@ pub struct StackOptions {
     pub llm_upstream: Option<String>,
     /// A workspace tool policy (JSON), written to the stack's directory as `WORKSPACE_POLICY`.
     pub policy: Option<String>,
+    /// Piece files `(name, YAML)`, written to a `PIECES_DIR` of the stack's.
+    pub pieces: Vec<(String, String)>,
 }
 
 impl StackOptions {
@@ -70,7 +71,39 @@ impl StackOptions {
             private_postgres: false,
             llm_upstream: None,
             policy: None,
+            pieces: Vec::new(),
         }
+    }
+
+    /// Write the pieces and the policy into `dir`; the environment that points at them.
+    fn files(&self, dir: &std::path::Path) -> anyhow::Result<Vec<(String, String)>> {
+        let mut env = Vec::new();
+        if !self.pieces.is_empty() {
+            let pieces = dir.join("pieces");
+            std::fs::create_dir_all(&pieces)?;
+            for (name, yaml) in &self.pieces {
+                let file = if name.contains('.') {
+                    name.clone()
+                } else {
+                    format!("{name}.yaml")
+                };
+                std::fs::write(pieces.join(file), yaml)?;
+            }
+            env.push(("PIECES_DIR".to_owned(), pieces.display().to_string()));
+        }
+        if let Some(policy) = &self.policy {
+            let path = dir.join("policy.json");
+            std::fs::write(&path, policy)?;
+            env.push(("WORKSPACE_POLICY".to_owned(), path.display().to_string()));
+        }
+        Ok(env)
+    }
+
+    /// Add a piece (its YAML), as the file `name` (`.yaml` added when it has no extension) in
+    /// the stack's `PIECES_DIR`.
+    pub fn piece(mut self, name: &str, yaml: &str) -> Self {
+        self.pieces.push((name.to_owned(), yaml.to_owned()));
+        self
     }
 
     pub fn policy(mut self, json: &str) -> Self {
@@ -106,6 +139,8 @@ pub struct Stack {
     processes: Vec<Process>,
     env: Vec<(String, String)>,
     gateway: Option<String>,
+    /// The API as alice, once the gateway is up.
+    alice: Option<Client>,
     dir: tempfile::TempDir,
 }
 
@@ -162,11 +197,7 @@ impl Stack {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        if let Some(policy) = &options.policy {
-            let path = dir.path().join("policy.json");
-            std::fs::write(&path, policy)?;
-            env.push(("WORKSPACE_POLICY".to_owned(), path.display().to_string()));
-        }
+        env.extend(options.files(dir.path())?);
         env.extend(options.env);
         let mut stack = Self {
             db,
@@ -181,6 +212,7 @@ impl Stack {
             processes: Vec::new(),
             env,
             gateway: None,
+            alice: None,
             dir,
         };
         for service in options.services {
@@ -211,7 +243,9 @@ impl Stack {
             let addr = process
                 .addr()
                 .context("the gateway announces its address")?;
-            self.gateway = Some(format!("http://{addr}"));
+            let base = format!("http://{addr}");
+            self.alice = Some(Client::new(self.http.clone(), &base, &self.token));
+            self.gateway = Some(base);
         }
         self.processes.retain(|p| p.name != instance);
         self.processes.push(process);
@@ -248,122 +282,29 @@ impl Stack {
     }
 
     /// The workspace directory of a task.
-    pub fn workspace(&self, task_id: &str) -> PathBuf {
-        self.workspaces.join(task_id)
+    pub fn workspace(&self, task_id: impl std::fmt::Display) -> PathBuf {
+        self.workspaces.join(task_id.to_string())
     }
 
-    /// `POST /api/local/tasks` as alice; fails unless the answer is 201.
-    pub async fn create_task(&self, body: Value) -> anyhow::Result<Value> {
-        let response = self
-            .http
-            .post(self.url("/api/local/tasks"))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await?;
-        let status = response.status();
-        let body: Value = response.json().await?;
-        if status != reqwest::StatusCode::CREATED {
-            bail!("create task answered {status}: {body}");
-        }
-        Ok(body)
+    /// The API as bob (another owner) sees it.
+    pub fn bob(&self) -> Client {
+        self.client_as(&self.other_token)
     }
 
-    /// Any API call as alice: `(status, JSON body)` (`null` for an empty body).
-    pub async fn api(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> anyhow::Result<(u16, Value)> {
-        let mut request = self
-            .http
-            .request(method, self.url(path))
-            .bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request.send().await?;
-        let status = response.status().as_u16();
-        let text = response.text().await?;
-        let body = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).with_context(|| format!("not JSON: {text}"))?
-        };
-        Ok((status, body))
+    /// The API as the owner of `token` sees it.
+    pub fn client_as(&self, token: &str) -> Client {
+        Client::new(self.http.clone(), &self.url(""), token)
     }
+}
 
-    /// `GET /api/local/tasks/{id}` as alice.
-    pub async fn get_task(&self, id: &str) -> anyhow::Result<Value> {
-        let url = self.url(&format!("/api/local/tasks/{id}"));
-        Ok(self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?)
-    }
+/// A stack answers the API as alice: it is her [`Client`].
+impl std::ops::Deref for Stack {
+    type Target = Client;
 
-    /// Every persisted event of a task, as alice.
-    pub async fn events(&self, id: &str) -> anyhow::Result<Vec<Value>> {
-        let mut all = Vec::new();
-        let mut after = 0;
-        loop {
-            let url = self.url(&format!(
-                "/api/local/tasks/{id}/events?after={after}&limit=1000"
-            ));
-            let page: Value = self
-                .http
-                .get(url)
-                .bearer_auth(&self.token)
-                .send()
-                .await?
-                .error_for_status()?
-                .json()
-                .await?;
-            let events = page["events"].as_array().cloned().unwrap_or_default();
-            if events.is_empty() {
-                return Ok(all);
-            }
-            after = page["next_after"].as_i64().context("next_after")?;
-            all.extend(events);
-        }
-    }
-
-    /// Poll the task until its latest job's status is one of `statuses`.
-    pub async fn wait_for_status(
-        &self,
-        id: &str,
-        statuses: &[&str],
-        timeout: Duration,
-    ) -> anyhow::Result<Value> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let task = self.get_task(id).await?;
-            let status = task["latest_job"]["status"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            if statuses.contains(&status.as_str()) {
-                return Ok(task);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                bail!(
-                    "task {id} is {status:?} after {timeout:?}, expected one of {statuses:?}: {task}"
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Open the task's SSE stream as alice.
-    pub async fn stream(&self, id: &str, last_event_id: Option<&str>) -> anyhow::Result<SseClient> {
-        let url = self.url(&format!("/api/local/tasks/{id}/stream"));
-        SseClient::connect(&self.http, &url, &self.token, last_event_id).await
+    fn deref(&self) -> &Client {
+        self.alice
+            .as_ref()
+            .expect("the api-gateway is running (start it before calling the API)")
     }
 }
 

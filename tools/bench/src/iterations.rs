@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use maestro_domain::{Event, EventKind, JobStatus, TaskId};
 use maestro_testkit::{Stack, StackOptions};
 use serde_json::{Value, json};
 
@@ -89,56 +90,19 @@ fn scenario(turns: usize) -> Value {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let pieces = tempfile::tempdir()?;
-    std::fs::write(pieces.path().join("bench.yaml"), PIECE)?;
     let mut options = StackOptions::new(scenario(args.turns))
+        .piece("bench", PIECE)
         .env(
             "RUST_LOG",
             "warn,maestro_worker::overhead=debug,maestro_worker::agent::llm=info",
         )
         .env("LOG_FORMAT", "json")
-        .env("PIECES_DIR", pieces.path().to_str().context("utf-8 path")?)
         .env("MAX_ITERATIONS", "1000")
         .env("LLM_IDLE_TIMEOUT_MS", "600000");
     options.llm_upstream = args.upstream.clone();
     let mut stack = Stack::spawn(options).await?;
-    let timeout = if args.upstream.is_some() {
-        Duration::from_secs(900)
-    } else {
-        Duration::from_secs(60)
-    };
-    let mut tasks = Vec::new();
-    let mut warm_lines = 0;
-    let background = background(args.background);
-    for i in 0..args.jobs {
-        let instruction = format!("bench job {i}\n\n{background}");
-        let task = stack
-            .create_task(json!({"instruction": instruction, "piece": "bench"}))
-            .await?;
-        let id = task["id"].as_str().context("id")?.to_owned();
-        let done = stack
-            .wait_for_status(&id, &["succeeded", "failed"], timeout)
-            .await?;
-        anyhow::ensure!(
-            done["latest_job"]["status"] == "succeeded",
-            "job {i} did not succeed: {done}"
-        );
-        if i == 0 {
-            // The first job warms caches and connections; it is not counted.
-            warm_lines = overhead_lines(&mut stack)?.len();
-        } else {
-            tasks.push(id);
-        }
-    }
+    let (tasks, warm_lines) = run_jobs(&mut stack, &args).await?;
     let lines = overhead_lines(&mut stack)?;
-    let counted = &lines[warm_lines..];
-    let field = |line: &Value, key: &str| line[key].as_u64().unwrap_or(0);
-    let mut overhead: Vec<u64> = counted.iter().map(|l| field(l, "overhead_us")).collect();
-    overhead.sort_unstable();
-    let n = overhead.len();
-    anyhow::ensure!(n > 0, "the worker logged no iteration");
-    let pct = |p: f64| overhead[((n as f64 * p) as usize).min(n - 1)];
-    let mean = |key: &str| counted.iter().map(|l| field(l, key)).sum::<u64>() as f64 / n as f64;
     println!(
         "LLM: {}",
         args.upstream
@@ -147,10 +111,58 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 "scripted turns, usage from {u}"
             ))
     );
+    print_overhead(&lines[warm_lines..], tasks.len(), args.turns)?;
+    let mut events = Vec::with_capacity(tasks.len());
+    for id in &tasks {
+        events.push(stack.events(id).await);
+    }
+    print_cache(&events);
+    Ok(())
+}
+
+/// Run the jobs one after another; returns the counted ones and how many overhead lines the
+/// first (warm-up) job logged.
+async fn run_jobs(stack: &mut Stack, args: &Args) -> anyhow::Result<(Vec<TaskId>, usize)> {
+    let timeout = if args.upstream.is_some() {
+        Duration::from_secs(900)
+    } else {
+        Duration::from_secs(60)
+    };
+    let over = [JobStatus::Succeeded, JobStatus::Failed];
+    let background = background(args.background);
+    let mut tasks = Vec::new();
+    let mut warm_lines = 0;
+    for i in 0..args.jobs {
+        let instruction = format!("bench job {i}\n\n{background}");
+        let body = json!({"instruction": instruction, "piece": "bench"});
+        let id = stack.create(&body).await.id();
+        let done = stack.wait_within(id, &over, timeout).await;
+        anyhow::ensure!(
+            done.status() == Some(JobStatus::Succeeded),
+            "job {i} did not succeed: {done:?}"
+        );
+        if i == 0 {
+            // The first job warms caches and connections; it is not counted.
+            warm_lines = overhead_lines(stack)?.len();
+        } else {
+            tasks.push(id);
+        }
+    }
+    Ok((tasks, warm_lines))
+}
+
+/// The worker's overhead per iteration, from its log lines.
+fn print_overhead(counted: &[Value], jobs: usize, turns: usize) -> anyhow::Result<()> {
+    let field = |line: &Value, key: &str| line[key].as_u64().unwrap_or(0);
+    let mut overhead: Vec<u64> = counted.iter().map(|l| field(l, "overhead_us")).collect();
+    overhead.sort_unstable();
+    let n = overhead.len();
+    anyhow::ensure!(n > 0, "the worker logged no iteration");
+    let pct = |p: f64| overhead[((n as f64 * p) as usize).min(n - 1)];
+    let mean = |key: &str| counted.iter().map(|l| field(l, key)).sum::<u64>() as f64 / n as f64;
     println!(
-        "iterations:  {n} (over {} jobs of {} LLM calls each, after one warm-up job)",
-        tasks.len(),
-        4 * args.turns
+        "iterations:  {n} (over {jobs} jobs of {} LLM calls each, after one warm-up job)",
+        4 * turns
     );
     println!(
         "overhead:    p50 {} µs, p90 {} µs, p99 {} µs, max {} µs per iteration",
@@ -164,20 +176,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         mean("llm_us"),
         mean("tools_us")
     );
+    Ok(())
+}
 
+/// The prompt-cache reuse the LLM reported: after each movement transition, and overall.
+fn print_cache(jobs: &[Vec<Event>]) {
     let mut after_transition = Vec::new();
     let mut all = Vec::new();
-    for id in &tasks {
-        let events = stack.events(id).await?;
+    for events in jobs {
         let mut entered = 0;
         let mut fresh = false;
-        for event in &events {
-            if event["kind"] == "movement" {
+        for event in events {
+            if event.kind == EventKind::Movement {
                 entered += 1;
                 fresh = entered > 1;
             }
-            if event["kind"] == "message" && event["payload"]["role"] == "assistant" {
-                let usage = &event["payload"]["usage"];
+            if event.kind == EventKind::Message && event.payload["role"] == "assistant" {
+                let usage = &event.payload["usage"];
                 let prompt = usage["promptTokens"].as_f64().unwrap_or(0.0);
                 let cached = usage["cachedPromptTokens"].as_f64().unwrap_or(0.0);
                 if prompt > 0.0 {
@@ -209,7 +224,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "prompt cache, every request: {:.1} % mean",
         all.iter().sum::<f64>() * 100.0 / all.len().max(1) as f64
     );
-    Ok(())
 }
 
 /// About `bytes` of varied project notes (varied so that a tokenizer does not compress them).

@@ -209,8 +209,8 @@ async fn run(
                 None => match tokio::time::timeout(Duration::from_secs(60), rx).await {
                     Ok(Ok(at)) => at,
                     _ => anyhow::bail!(
-                        "job {id} did not succeed within 60 s: {}",
-                        stack.get_task(&id).await?
+                        "job {id} did not succeed within 60 s: {:?}",
+                        stack.task(&id).await
                     ),
                 },
             };

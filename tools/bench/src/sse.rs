@@ -16,12 +16,11 @@ pub async fn run(clients: usize) -> anyhow::Result<()> {
     ]}]});
     let options = StackOptions::new(scenario).env("RUST_LOG", "warn");
     let stack = Stack::spawn(options).await?;
-    let task = stack.create_task(json!({"instruction": "stream"})).await?;
-    let id = task["id"].as_str().unwrap_or_default().to_owned();
+    let id = stack.create(&json!({"instruction": "stream"})).await.id();
     // Everyone connects during the first turn's 3 s delay.
     let mut followers = Vec::with_capacity(clients.saturating_sub(1));
     for _ in 1..clients {
-        let mut client = stack.stream(&id, None).await?;
+        let mut client = stack.stream(id, None).await;
         followers.push(tokio::spawn(async move {
             while let Some(item) = client.next(Duration::from_secs(30)).await {
                 if item.event == "job_state" && item.data["payload"]["status"] == "succeeded" {
@@ -34,7 +33,7 @@ pub async fn run(clients: usize) -> anyhow::Result<()> {
     let pid = gateway_pid(&stack);
     let (rss_before, cpu_before) = usage(pid);
     let started = Instant::now();
-    let mut measured = stack.stream(&id, None).await?;
+    let mut measured = stack.stream(id, None).await;
     let latencies = measure(&mut measured).await;
     let elapsed = started.elapsed();
     let (rss_during, cpu_after) = usage(pid);

@@ -40,6 +40,9 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Args> {
     Ok(parsed)
 }
 
+/// When each task's job succeeded, by task id (filled from the `job_state` events on NATS).
+type Successes = Arc<Mutex<HashMap<String, Instant>>>;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let delegates: Vec<Value> = (0..args.fanout)
         .map(|i| json!({"name": "delegate", "arguments": {"instruction": format!("CHILD part {i}")}}))
@@ -57,7 +60,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .env("RUST_LOG", "warn")
         .policy(r#"{"allowed_tools": ["*", "delegate"]}"#);
     let stack = Stack::spawn(options).await?;
-    let succeeded: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let succeeded = listen(&stack).await?;
+    let mut total = Vec::with_capacity(args.tasks);
+    let mut join = Vec::with_capacity(args.tasks);
+    for i in 0..args.tasks + 5 {
+        let (end_to_end, joined) = one(&stack, &succeeded, i, args.fanout).await?;
+        if i >= 5 {
+            // The first five warm the stack up.
+            total.push(end_to_end);
+            join.push(joined);
+        }
+    }
+    report(&args, &mut total, &mut join);
+    Ok(())
+}
+
+/// Record every task's success as its event arrives.
+async fn listen(stack: &Stack) -> anyhow::Result<Successes> {
+    let succeeded: Successes = Arc::default();
     let nats = stack.nats.client().await?;
     let mut events = nats
         .subscribe(format!("{}.events.*.job_state", stack.prefix))
@@ -79,52 +99,43 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     });
-    let mut total = Vec::with_capacity(args.tasks);
-    let mut join = Vec::with_capacity(args.tasks);
-    for i in 0..args.tasks + 5 {
-        let sent = Instant::now();
-        let task = stack
-            .create_task(json!({"instruction": format!("PARENT {i}"), "piece": "chat"}))
-            .await?;
-        let id = task["id"].as_str().context("task id")?.to_owned();
-        let done = loop {
-            if let Some(at) = succeeded.lock().expect("lock").get(&id) {
-                break *at;
-            }
-            anyhow::ensure!(
-                sent.elapsed() < Duration::from_secs(60),
-                "task {id} is late"
-            );
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        };
-        let (_, body) = stack
-            .api(
-                reqwest::Method::GET,
-                &format!("/api/local/tasks/{id}/subtasks"),
-                None,
-            )
-            .await?;
-        let children: Vec<String> = body["subtasks"]
-            .as_array()
-            .context("subtasks")?
-            .iter()
-            .filter_map(|c| c["id"].as_str().map(str::to_owned))
-            .collect();
-        anyhow::ensure!(children.len() == args.fanout, "{id} has {children:?}");
-        let last_child = {
-            let board = succeeded.lock().expect("lock");
-            children
-                .iter()
-                .filter_map(|c| board.get(c).copied())
-                .max()
-                .context("a child's succeeded event")?
-        };
-        if i >= 5 {
-            // The first five warm the stack up.
-            total.push(done - sent);
-            join.push(done.saturating_duration_since(last_child));
+    Ok(succeeded)
+}
+
+/// One task: its end-to-end latency, and the join's (its last child's success → its own).
+async fn one(
+    stack: &Stack,
+    succeeded: &Successes,
+    i: usize,
+    fanout: usize,
+) -> anyhow::Result<(Duration, Duration)> {
+    let sent = Instant::now();
+    let body = json!({"instruction": format!("PARENT {i}"), "piece": "chat"});
+    let id = stack.create(&body).await.id().to_string();
+    let done = loop {
+        if let Some(at) = succeeded.lock().expect("lock").get(&id) {
+            break *at;
         }
-    }
+        anyhow::ensure!(
+            sent.elapsed() < Duration::from_secs(60),
+            "task {id} is late"
+        );
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    };
+    let children = stack.subtasks(&id).await;
+    anyhow::ensure!(children.len() == fanout, "{id} has {children:?}");
+    let last_child = {
+        let board = succeeded.lock().expect("lock");
+        children
+            .iter()
+            .filter_map(|c| board.get(&c.id.to_string()).copied())
+            .max()
+            .context("a child's succeeded event")?
+    };
+    Ok((done - sent, done.saturating_duration_since(last_child)))
+}
+
+fn report(args: &Args, total: &mut [Duration], join: &mut [Duration]) {
     total.sort();
     join.sort();
     let pct = |v: &[Duration], p: f64| {
@@ -136,13 +147,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     println!(
         "end to end:   p50 {:.1} ms, p99 {:.1} ms",
-        pct(&total, 0.5),
-        pct(&total, 0.99)
+        pct(total, 0.5),
+        pct(total, 0.99)
     );
     println!(
         "join:         p50 {:.1} ms, p99 {:.1} ms (last child's success → the parent's)",
-        pct(&join, 0.5),
-        pct(&join, 0.99)
+        pct(join, 0.5),
+        pct(join, 0.99)
     );
-    Ok(())
 }

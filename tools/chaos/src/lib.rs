@@ -487,6 +487,32 @@ async fn check(stack: &Stack, accepted: &[String], report: &mut ChaosReport) -> 
                                 GROUP BY 1, 2 HAVING count(*) > 1) d",
     )
     .await?;
+    check_turns_and_interjections(stack, report).await?;
+    let durations: Vec<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM finished_at - created_at)::float8 FROM jobs
+          WHERE finished_at IS NOT NULL ORDER BY 1",
+    )
+    .fetch_all(&stack.db.pool)
+    .await?;
+    if let (Some(max), false) = (durations.last(), durations.is_empty()) {
+        report.job_p50 = Duration::from_secs_f64(durations[durations.len() / 2]);
+        report.job_max = Duration::from_secs_f64(*max);
+    }
+    report.duplicate_successes = scalar(
+        stack,
+        "SELECT count(*) FROM (SELECT job_id FROM events WHERE kind = 'job_state'
+                                 AND payload->>'status' = 'succeeded'
+                               GROUP BY job_id HAVING count(*) > 1) s",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Every LLM turn committed once, and every interjection read exactly once.
+async fn check_turns_and_interjections(
+    stack: &Stack,
+    report: &mut ChaosReport,
+) -> anyhow::Result<()> {
     // Each turn's message committed once: a succeeded job's assistant messages are the
     // scenario's turns in order (the last one twice when an interjection beat `complete`).
     let turns: Vec<String> = sqlx::query_scalar(
@@ -525,22 +551,5 @@ async fn check(stack: &Stack, accepted: &[String], report: &mut ChaosReport) -> 
             twice || marked_wrongly || succeeded_unread
         })
         .count();
-    let durations: Vec<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM finished_at - created_at)::float8 FROM jobs
-          WHERE finished_at IS NOT NULL ORDER BY 1",
-    )
-    .fetch_all(&stack.db.pool)
-    .await?;
-    if let (Some(max), false) = (durations.last(), durations.is_empty()) {
-        report.job_p50 = Duration::from_secs_f64(durations[durations.len() / 2]);
-        report.job_max = Duration::from_secs_f64(*max);
-    }
-    report.duplicate_successes = scalar(
-        stack,
-        "SELECT count(*) FROM (SELECT job_id FROM events WHERE kind = 'job_state'
-                                 AND payload->>'status' = 'succeeded'
-                               GROUP BY job_id HAVING count(*) > 1) s",
-    )
-    .await?;
     Ok(())
 }
