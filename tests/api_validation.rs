@@ -11,7 +11,7 @@ async fn gateway_only() -> Stack {
     let mut options =
         StackOptions::new(json!({"scenarios": []})).env("MAX_INSTRUCTION_BYTES", "1000");
     options.services = vec![Service::ApiGateway];
-    Stack::spawn(options).await.expect("the gateway starts")
+    Stack::up(options).await
 }
 
 /// Send a request and return the status and JSON body.
@@ -166,30 +166,24 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
         415,
         "a body without a JSON content type is refused"
     );
-    let bad_key = stack
-        .http
-        .post(stack.url(tasks))
-        .bearer_auth(&stack.token)
-        .header("idempotency-key", "")
-        .json(&json!({"instruction": "x"}))
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(bad_key.status(), 400, "an empty Idempotency-Key is refused");
-    let reserved = stack
-        .http
-        .post(stack.url(tasks))
-        .bearer_auth(&stack.token)
-        .header("idempotency-key", "subtask:anything")
-        .json(&json!({"instruction": "x"}))
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(
-        reserved.status(),
-        400,
-        "the keys of subtasks are not the client's"
-    );
+    for (key, why) in [
+        ("", "an empty Idempotency-Key is refused"),
+        (
+            "subtask:anything",
+            "the keys of subtasks are not the client's",
+        ),
+    ] {
+        let refused = stack
+            .http
+            .post(stack.url(tasks))
+            .bearer_auth(&stack.token)
+            .header("idempotency-key", key)
+            .json(&json!({"instruction": "x"}))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(refused.status(), 400, "{why}");
+    }
 
     for path in [
         "/api/local/tasks/0190c0de-0000-7000-8000-000000000000".to_owned(),
@@ -214,14 +208,8 @@ async fn tasks_are_private_idempotent_and_paginated() {
     let token = Some(stack.token.as_str());
     let other = Some(stack.other_token.as_str());
 
-    let created = call(
-        &stack,
-        Method::POST,
-        "/api/local/tasks",
-        token,
-        Some(r#"{"instruction": "first"}"#),
-    )
-    .await;
+    let first = r#"{"instruction": "first"}"#;
+    let created = call(&stack, Method::POST, "/api/local/tasks", token, Some(first)).await;
     assert_eq!(created.0, 201, "{}", created.1);
     let id = created.1["id"].as_str().expect("id").to_owned();
     assert_eq!(created.1["latest_job"]["status"], "queued");
@@ -316,14 +304,8 @@ async fn tasks_are_private_idempotent_and_paginated() {
     );
 
     // Pagination, newest first.
-    call(
-        &stack,
-        Method::POST,
-        "/api/local/tasks",
-        token,
-        Some(r#"{"instruction": "third"}"#),
-    )
-    .await;
+    let third = r#"{"instruction": "third"}"#;
+    call(&stack, Method::POST, "/api/local/tasks", token, Some(third)).await;
     let page = call(&stack, Method::GET, "/api/local/tasks?limit=2", token, None)
         .await
         .1;

@@ -44,22 +44,17 @@ async fn a_comment_on_a_running_job_is_the_next_user_message_of_the_very_next_re
             {"tool_calls": [{"name": "complete", "arguments": {"result": "heard you"}}]}
         ]
     }]});
-    let stack = Stack::spawn(StackOptions::new(scenario))
-        .await
-        .expect("the stack starts");
+    let stack = Stack::up(StackOptions::new(scenario)).await;
     let id = stack
-        .create(&json!({"instruction": "interject me"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "interject me"}))
+        .await;
     wait_for_delta(&stack, id).await;
     let posted = stack
         .comment(id, "Also mention the weather, please.")
         .await
         .expect("comment accepted");
     assert_eq!(posted.routed_to, RoutedTo::Interjection);
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 
     let requests = stack.llm.requests().await.expect("requests");
@@ -115,19 +110,15 @@ async fn a_comment_racing_complete_is_read_before_the_job_finishes() {
             {"tool_calls": [{"name": "complete", "arguments": {"result": "after reading it"}}]}
         ]
     }]});
-    let stack = Stack::spawn(StackOptions::new(scenario))
-        .await
-        .expect("the stack starts");
-    let id = stack.create(&json!({"instruction": "race me"})).await.id();
+    let stack = Stack::up(StackOptions::new(scenario)).await;
+    let id = stack.new_task(&json!({"instruction": "race me"})).await;
     // The LLM is answering turn 0 (the job looked for interjections just before).
     tokio::time::sleep(Duration::from_millis(700)).await;
     stack
         .comment(id, "Wait, one more thing!")
         .await
         .expect("comment accepted");
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(
         done.job().result.as_deref(),
         Some("after reading it"),
@@ -154,10 +145,8 @@ async fn a_comment_racing_complete_is_read_before_the_job_finishes() {
 async fn a_comment_on_a_finished_task_starts_a_follow_up_job() {
     let scenario = json!({"scenarios": [{"name": "any", "repeat_last": true,
         "turns": [{"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}]}]});
-    let stack = Stack::spawn(StackOptions::new(scenario))
-        .await
-        .expect("the stack starts");
-    let id = stack.create(&json!({"instruction": "first"})).await.id();
+    let stack = Stack::up(StackOptions::new(scenario)).await;
+    let id = stack.new_task(&json!({"instruction": "first"})).await;
     stack.wait_within(id, &[JobStatus::Succeeded], WAIT).await;
     let posted = stack
         .comment(id, "Now do the second part.")
@@ -214,14 +203,11 @@ async fn cancelling_stops_a_streaming_job_and_kills_a_running_tool() {
             {"tool_calls": [{"name": "complete", "arguments": {"result": "never"}}]}
         ]}
     ]});
-    let stack = Stack::spawn(StackOptions::new(scenario))
-        .await
-        .expect("the stack starts");
+    let stack = Stack::up(StackOptions::new(scenario)).await;
 
     let id = stack
-        .create(&json!({"instruction": "stream forever"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "stream forever"}))
+        .await;
     wait_for_delta(&stack, id).await;
     let cancelled = stack.cancel(id).await.expect("cancelled");
     assert_eq!(cancelled.job().status, JobStatus::Cancelled);
@@ -240,9 +226,8 @@ async fn cancelling_stops_a_streaming_job_and_kills_a_running_tool() {
     );
 
     let id = stack
-        .create(&json!({"instruction": "sleep please"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "sleep please"}))
+        .await;
     let deadline = tokio::time::Instant::now() + WAIT;
     while !running("sleep 3030") {
         assert!(
@@ -278,11 +263,8 @@ async fn cancelling_stops_a_streaming_job_and_kills_a_running_tool() {
 async fn a_queued_job_is_cancelled_without_any_worker() {
     let mut options = StackOptions::new(json!({"scenarios": []}));
     options.services.retain(|s| *s != Service::Worker);
-    let stack = Stack::spawn(options).await.expect("the stack starts");
-    let id = stack
-        .create(&json!({"instruction": "never run"}))
-        .await
-        .id();
+    let stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "never run"})).await;
     let cancelled = stack.cancel(id).await.expect("cancelled");
     assert_eq!(cancelled.job().status, JobStatus::Cancelled);
     let again = stack.cancel(id).await.expect_err("refused");

@@ -34,38 +34,19 @@ fn slow_scenario() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_duplicates() {
-    let mut options = StackOptions::new(slow_scenario()).env("JOB_ACK_WAIT_MS", "1500");
-    options.services.retain(|s| *s != Service::Worker);
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    stack
-        .start(Service::Worker, "worker-a", &[])
-        .await
-        .expect("first worker");
+    let options = StackOptions::new(slow_scenario())
+        .env("JOB_ACK_WAIT_MS", "1500")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
 
     let task_id = stack
-        .create(&json!({"instruction": "crash test: write out.txt"}))
-        .await
-        .id();
-    let mut stream = stack.stream(task_id, None).await;
-    // Wait until the second turn is streaming: a text delta after the tool result.
-    let mut seen_result = false;
-    let before_kill = stream
-        .read_until(Duration::from_secs(20), |item| {
-            seen_result |= item.event == "tool_result";
-            seen_result && item.event == "delta"
-        })
+        .new_task(&json!({"instruction": "crash test: write out.txt"}))
         .await;
-    assert_eq!(
-        before_kill.last().map(|i| i.event.as_str()),
-        Some("delta"),
-        "the second turn started: {before_kill:#?}"
-    );
+    // Wait until the second turn is streaming: a text delta after the tool result.
+    stack.wait_for_next_turn(task_id).await;
 
     stack.kill("worker-a").await;
-    stack
-        .start(Service::Worker, "worker-b", &[])
-        .await
-        .expect("second worker");
+    stack.add(Service::Worker, "worker-b").await;
     let over = [JobStatus::Succeeded, JobStatus::Failed];
     let done = stack
         .wait_within(task_id, &over, Duration::from_secs(40))
@@ -165,7 +146,7 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         "turns": [{"tool_calls": [{"name": "complete", "arguments": {"result": "finished"}}]}]
     }]});
     let options = StackOptions::new(scenario).env("REDISPATCH_GRACE_MS", "500");
-    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let stack = Stack::up(options).await;
 
     // Commit a task and its job the way the gateway does, but never publish the dispatch:
     // what a gateway crash between commit and publish leaves behind.
@@ -217,11 +198,10 @@ async fn a_job_left_queued_is_redispatched_with_backoff() {
         .env("REDISPATCH_GRACE_MS", "300")
         .env("REDISPATCH_INTERVAL_MS", "50");
     options.services.retain(|s| *s != Service::Worker);
-    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let stack = Stack::up(options).await;
     let id = stack
-        .create(&json!({"instruction": "nobody takes this"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "nobody takes this"}))
+        .await;
     // Without backoff about ten re-dispatches fit in 3.3 s; with it, those at 0.3, 0.9 and 2.1 s
     // (the next is due at 4.5 s).
     tokio::time::sleep(Duration::from_millis(3300)).await;

@@ -53,11 +53,7 @@ async fn webhook_receiver() -> (String, mpsc::UnboundedReceiver<(HeaderMap, Byte
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the receiver");
-    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("{}/hook", maestro_testkit::serve(app).await);
     (url, rx)
 }
 
@@ -100,9 +96,7 @@ fn verify_signature(secret: &str, headers: &HeaderMap, body: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_runs_end_to_end_through_all_five_services() {
     let (hook_url, mut hooks) = webhook_receiver().await;
-    let stack = Stack::spawn(StackOptions::new(scenarios()))
-        .await
-        .expect("the stack starts");
+    let stack = Stack::up(StackOptions::new(scenarios())).await;
     let nats = stack.nats.client().await.expect("connect to NATS");
     let mut notify = nats
         .subscribe(format!("{}.notify.task.succeeded", stack.prefix))

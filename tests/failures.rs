@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use maestro_domain::{EventKind, JobStatus};
-use maestro_testkit::{Stack, StackOptions, TaskExt, job_states, of_kind, tool_results};
+use maestro_testkit::{
+    Stack, StackOptions, TaskExt, job_states, of_kind, state_change, tool_results,
+};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -16,9 +18,7 @@ async fn a_fatal_llm_error_fails_the_job_with_the_reason() {
         "name": "unauthorized",
         "turns": [{"fail": {"status": 401, "body": "invalid api key", "times": 0}}]
     }]});
-    let stack = Stack::spawn(StackOptions::new(scenario))
-        .await
-        .expect("the stack starts");
+    let stack = Stack::up(StackOptions::new(scenario)).await;
     let nats = stack.nats.client().await.expect("nats");
     let mut failed = nats
         .subscribe(format!("{}.notify.task.failed", stack.prefix))
@@ -74,10 +74,8 @@ async fn a_recoverable_llm_error_is_retried_later_and_the_job_succeeds() {
             }
         ]
     }]});
-    let options = StackOptions::new(scenario)
-        .env("RETRY_BASE_MS", "300")
-        .env("RETRY_MAX_MS", "600");
-    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let options = StackOptions::new(scenario).retry_backoff(300, 600);
+    let stack = Stack::up(options).await;
     let done = stack.run(&json!({"instruction": "flaky"})).await;
     let job = done.job();
     assert_eq!(job.status, JobStatus::Succeeded, "{done:?}");
@@ -89,10 +87,7 @@ async fn a_recoverable_llm_error_is_retried_later_and_the_job_succeeds() {
         job_states(&events),
         ["queued", "running", "retry", "running", "succeeded"]
     );
-    let retry = events
-        .iter()
-        .find(|e| e.payload["status"] == "retry")
-        .expect("retry event");
+    let retry = state_change(&events, "retry");
     assert!(
         retry.payload["error"]
             .as_str()
@@ -139,9 +134,7 @@ async fn tool_errors_are_reported_to_the_model_and_the_job_carries_on() {
             {"tool_calls": [{"name": "complete", "arguments": {"result": "gave up politely"}}]}
         ]
     }]});
-    let stack = Stack::spawn(StackOptions::new(scenario))
-        .await
-        .expect("the stack starts");
+    let stack = Stack::up(StackOptions::new(scenario)).await;
     let done = stack.run(&json!({"instruction": "clumsy"})).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 

@@ -5,13 +5,11 @@
 //! authorization stops the job before the LLM is called (`mcp_auth_required`) until the user
 //! supplies a token, which then reaches the server's environment.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use maestro_api::DecideRequest;
 use maestro_domain::{ActionStatus, EventKind, JobStatus, WaitReason};
 use maestro_testkit::{Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
+use std::path::PathBuf;
 
 /// Where `scripts/test` installs the server (`MCP_EVERYTHING_DIR` overrides).
 fn install_dir() -> PathBuf {
@@ -51,9 +49,7 @@ async fn the_agent_calls_a_real_mcp_servers_tools_in_the_sandbox() {
             {"tool_calls": [{"name": "complete", "arguments": {"result": "used MCP"}}]}
         ]
     }]});
-    let stack = Stack::spawn(StackOptions::new(scenario).policy(&policy(false)))
-        .await
-        .expect("the stack starts");
+    let stack = Stack::up(StackOptions::new(scenario).policy(&policy(false))).await;
     let done = stack
         .run(&json!({"instruction": "use the MCP server"}))
         .await;
@@ -110,9 +106,7 @@ async fn a_server_that_needs_authorization_waits_for_a_token_then_gets_it() {
         {"tool_calls": [{"name": "mcp__everything__get-env", "arguments": {}}]},
         {"tool_calls": [{"name": "complete", "arguments": {"result": "x"}}]}
     ]}]});
-    let stack = Stack::spawn(StackOptions::new(scenario).policy(&policy(true)))
-        .await
-        .expect("the stack starts");
+    let stack = Stack::up(StackOptions::new(scenario).policy(&policy(true))).await;
     let done = stack.run(&json!({"instruction": "needs a token"})).await;
     let id = done.id();
     assert_eq!(done.job().status, JobStatus::WaitingHuman, "{done:?}");
@@ -129,10 +123,7 @@ async fn a_server_that_needs_authorization_waits_for_a_token_then_gets_it() {
         .decide(id, items[0].id, &DecideRequest::new("approve"))
         .await
         .expect_err("refused");
-    assert_eq!(
-        (refused.status, refused.code.as_str()),
-        (409, "supply_the_token")
-    );
+    assert_eq!(refused.pair(), (409, "supply_the_token"));
     let comment = stack.comment(id, "go on").await.expect_err("refused");
     assert_eq!(
         comment.status, 409,
@@ -154,13 +145,7 @@ async fn a_server_that_needs_authorization_waits_for_a_token_then_gets_it() {
         !body.to_string().contains("s3cret"),
         "the token is never returned"
     );
-    let done = stack
-        .wait_within(
-            id,
-            &[JobStatus::Succeeded, JobStatus::Failed],
-            Duration::from_secs(60),
-        )
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     // The server got the token in its environment.
     let events = stack.events(id).await;

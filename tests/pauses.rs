@@ -37,11 +37,19 @@ async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     for (key, value) in env {
         options = options.env(key, value);
     }
-    Stack::spawn(options).await.expect("the stack starts")
+    Stack::up(options).await
 }
 
 fn write(path: &str, content: &str) -> Value {
     call("write_file", json!({"path": path, "content": content}))
+}
+
+/// One write (that needs an approval), then `complete` with `result`.
+fn write_then(name: &str, path: &str, result: &str) -> Value {
+    json!({"scenarios": [{"name": name, "turns": [
+        turn(&[write(path, name)]),
+        complete(result),
+    ]}]})
 }
 
 fn to_write() -> Value {
@@ -51,18 +59,13 @@ fn to_write() -> Value {
     )])
 }
 
-/// Start a task on the two-step piece and wait until its job pauses.
-async fn paused(stack: &Stack, instruction: &str) -> TaskId {
+/// Start a task on the two-step piece and wait until its job pauses for `reason`.
+async fn paused(stack: &Stack, instruction: &str, reason: WaitReason) -> TaskId {
     let body = json!({"instruction": instruction, "piece": "twostep"});
-    let id = stack.create(&body).await.id();
-    let over = [
-        JobStatus::WaitingHuman,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-    ];
-    let task = stack.wait(id, &over).await;
+    let task = stack.settle(stack.new_task(&body).await).await;
     assert_eq!(task.job().status, JobStatus::WaitingHuman, "{task:?}");
-    id
+    assert_eq!(task.job().wait_reason, Some(reason), "{task:?}");
+    task.id()
 }
 
 fn verdict(decision: &str) -> DecideRequest {
@@ -109,13 +112,7 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
         complete("written"),
     ]}]});
     let stack = setup(scenarios, &[]).await;
-    let id = paused(&stack, "write the note").await;
-    let task = stack.task(id).await;
-    assert_eq!(
-        task.job().wait_reason,
-        Some(WaitReason::ToolRequest),
-        "{task:?}"
-    );
+    let id = paused(&stack, "write the note", WaitReason::ToolRequest).await;
 
     let items = stack.required_actions(id).await;
     assert_eq!(items.len(), 1, "{items:?}");
@@ -155,10 +152,7 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
     // A comment during the wait is refused and writes nothing.
     let before = stack.comments(id).await.len();
     let refused = stack.comment(id, "hurry up").await.expect_err("refused");
-    assert_eq!(
-        (refused.status, refused.code.as_str()),
-        (409, "decision_pending")
-    );
+    assert_eq!(refused.pair(), (409, "decision_pending"));
     assert!(refused.message.contains("tool request"), "{refused}");
     assert_eq!(stack.comments(id).await.len(), before, "nothing written");
 
@@ -173,10 +167,7 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
         .decide_via(id, TOOLS, rid, &stale)
         .await
         .expect_err("stale");
-    assert_eq!(
-        (refused.status, refused.code.as_str()),
-        (409, "arguments_changed")
-    );
+    assert_eq!(refused.pair(), (409, "arguments_changed"));
     let wrong = stack
         .decide_via(id, PACKAGES, rid, &verdict("approve"))
         .await;
@@ -202,10 +193,7 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
         .decide_via(id, TOOLS, rid, &approve)
         .await
         .expect_err("again");
-    assert_eq!(
-        (again.status, again.code.as_str()),
-        (409, "already_decided")
-    );
+    assert_eq!(again.pair(), (409, "already_decided"));
 
     let done = stack
         .wait(
@@ -269,12 +257,8 @@ async fn an_approved_tool_request_runs_exactly_the_reviewed_call_in_the_same_mov
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_tool_request_becomes_a_tool_error_and_the_job_goes_on() {
-    let scenarios = json!({"scenarios": [{"name": "deny", "turns": [
-        turn(&[write("x.txt", "no")]),
-        complete("gave up on x"),
-    ]}]});
-    let stack = setup(scenarios, &[]).await;
-    let id = paused(&stack, "write x").await;
+    let stack = setup(write_then("deny", "x.txt", "gave up on x"), &[]).await;
+    let id = paused(&stack, "write x", WaitReason::ToolRequest).await;
     let rid = stack.required_actions(id).await[0].id;
     let deny = DecideRequest {
         note: Some("not in this repository".into()),
@@ -285,9 +269,7 @@ async fn a_denied_tool_request_becomes_a_tool_error_and_the_job_goes_on() {
         .await
         .expect("decided");
     assert!(decided.resumed, "{decided:?}");
-    let done = stack
-        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert!(!stack.workspace(id).join("x.txt").exists());
     let answer = tool_answer(&stack, "call_0_0").await;
@@ -304,7 +286,7 @@ async fn two_requests_in_one_pause_resume_the_job_only_when_both_are_decided() {
         complete("both decided"),
     ]}]});
     let stack = setup(scenarios, &[]).await;
-    let id = paused(&stack, "write two files").await;
+    let id = paused(&stack, "write two files", WaitReason::ToolRequest).await;
     let items = stack.required_actions(id).await;
     assert_eq!(items.len(), 2, "{items:?}");
     let (a, b) = (items[0].id, items[1].id);
@@ -343,9 +325,7 @@ async fn two_requests_in_one_pause_resume_the_job_only_when_both_are_decided() {
     let refused = stack.decide_via(id, TOOLS, "nope", &verdict("deny")).await;
     assert_eq!(refused.expect_err("malformed").status, 404);
 
-    let done = stack
-        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     let workspace = stack.workspace(id);
     assert_eq!(
@@ -357,12 +337,8 @@ async fn two_requests_in_one_pause_resume_the_job_only_when_both_are_decided() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_decisions_on_one_request_have_exactly_one_winner() {
-    let scenarios = json!({"scenarios": [{"name": "race", "turns": [
-        turn(&[write("r.txt", "raced")]),
-        complete("raced"),
-    ]}]});
-    let stack = setup(scenarios, &[]).await;
-    let id = paused(&stack, "race for it").await;
+    let stack = setup(write_then("race", "r.txt", "raced"), &[]).await;
+    let id = paused(&stack, "race for it", WaitReason::ToolRequest).await;
     let rid = stack.required_actions(id).await[0].id;
     let requests: Vec<DecideRequest> = (0..24)
         .map(|i| verdict(if i % 2 == 0 { "approve" } else { "deny" }))
@@ -380,9 +356,7 @@ async fn concurrent_decisions_on_one_request_have_exactly_one_winner() {
             .all(|e| e.status == 409 && e.code == "already_decided"),
         "{outcomes:?}"
     );
-    let done = stack
-        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     let events = stack.events(id).await;
     assert_eq!(of_kind(&events, EventKind::Decision).count(), 1);
@@ -403,9 +377,7 @@ async fn an_ask_is_answered_by_a_comment_and_a_follow_up_resumes_in_the_same_mov
         ]},
     ]});
     let stack = setup(scenarios, &[("MAX_ASKS", "1")]).await;
-    let id = paused(&stack, "paint the fence").await;
-    let task = stack.task(id).await;
-    assert_eq!(task.job().wait_reason, Some(WaitReason::Ask), "{task:?}");
+    let id = paused(&stack, "paint the fence", WaitReason::Ask).await;
     let items = stack.required_actions(id).await;
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].kind, WaitReason::Ask);
@@ -420,9 +392,7 @@ async fn an_ask_is_answered_by_a_comment_and_a_follow_up_resumes_in_the_same_mov
 
     let posted = stack.comment(id, "Blue, please.").await.expect("answered");
     assert_eq!(posted.routed_to, RoutedTo::Answer);
-    let done = stack
-        .wait(id, &[JobStatus::Succeeded, JobStatus::Failed])
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(done.job().job_no, 2, "a follow-up job: {done:?}");
     assert_eq!(done.job().result.as_deref(), Some("painted blue"));
@@ -478,13 +448,7 @@ async fn an_approved_package_is_installed_into_the_workspace_and_a_failure_is_re
         complete("installed"),
     ]}]});
     let stack = setup(scenarios, &[("TOOL_TIMEOUT_MS", "180000")]).await;
-    let id = paused(&stack, "install six").await;
-    let task = stack.task(id).await;
-    assert_eq!(
-        task.job().wait_reason,
-        Some(WaitReason::PackageRequest),
-        "{task:?}"
-    );
+    let id = paused(&stack, "install six", WaitReason::PackageRequest).await;
     let items = stack.required_actions(id).await;
     assert_eq!(
         items[0].detail["package"],
@@ -539,12 +503,8 @@ async fn an_approved_package_is_installed_into_the_workspace_and_a_failure_is_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_pause_waits_for_nothing_and_takes_no_decision() {
-    let scenarios = json!({"scenarios": [{"name": "cancel", "turns": [
-        turn(&[write("c.txt", "never")]),
-        complete("not reached"),
-    ]}]});
-    let stack = setup(scenarios, &[]).await;
-    let id = paused(&stack, "write c").await;
+    let stack = setup(write_then("cancel", "c.txt", "not reached"), &[]).await;
+    let id = paused(&stack, "write c", WaitReason::ToolRequest).await;
     let rid = stack.required_actions(id).await[0].id;
     stack.cancel(id).await.expect("cancelled");
     assert!(
@@ -553,11 +513,7 @@ async fn a_cancelled_pause_waits_for_nothing_and_takes_no_decision() {
     );
     let refused = stack.decide_via(id, TOOLS, rid, &verdict("approve")).await;
     let refused = refused.expect_err("refused");
-    assert_eq!(
-        (refused.status, refused.code.as_str()),
-        (409, "not_waiting"),
-        "{refused}"
-    );
+    assert_eq!(refused.pair(), (409, "not_waiting"), "{refused}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let task = stack.task(id).await;
     assert_eq!(task.job().status, JobStatus::Cancelled);

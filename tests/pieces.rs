@@ -64,6 +64,14 @@ movements:
     transitions: [{condition: always, target: a}]
 "#;
 
+/// Run a task whose job must fail: the task, and its job's error.
+async fn fails(stack: &Stack, body: &Value) -> (maestro_api::Task, String) {
+    let task = stack.run(body).await;
+    assert_eq!(task.job().status, JobStatus::Failed, "{task:?}");
+    let error = task.job().error.clone().unwrap_or_default();
+    (task, error)
+}
+
 /// A stack with the test pieces, the scripted LLM's `scenarios` and `env`.
 async fn stack(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     let mut options = StackOptions::new(scenarios)
@@ -73,7 +81,7 @@ async fn stack(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     for (key, value) in env {
         options = options.env(key, value);
     }
-    Stack::spawn(options).await.expect("the stack starts")
+    Stack::up(options).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -328,11 +336,11 @@ async fn guards_and_final_calls_end_jobs_as_they_should() {
     ]});
     let stack = stack(scenarios, &[]).await;
 
-    let bounced = stack
-        .run(&json!({"instruction": "bounce", "piece": "pingpong"}))
-        .await;
-    assert_eq!(bounced.job().status, JobStatus::Failed);
-    let error = bounced.job().error.as_deref().unwrap_or_default();
+    let (_, error) = fails(
+        &stack,
+        &json!({"instruction": "bounce", "piece": "pingpong"}),
+    )
+    .await;
     assert!(error.contains("revisit guard"), "{error}");
 
     let asked = stack
@@ -341,16 +349,14 @@ async fn guards_and_final_calls_end_jobs_as_they_should() {
     assert_eq!(asked.job().status, JobStatus::WaitingHuman);
     assert_eq!(asked.job().wait_reason, Some(WaitReason::Ask));
 
-    let aborted = stack
-        .run(&json!({"instruction": "give up", "piece": "pingpong"}))
-        .await;
-    assert_eq!(aborted.job().status, JobStatus::Failed);
-    let error = aborted.job().error.as_deref().unwrap_or_default();
+    let (_, error) = fails(
+        &stack,
+        &json!({"instruction": "give up", "piece": "pingpong"}),
+    )
+    .await;
     assert_eq!(error, "aborted in movement `pong`: cannot be done safely");
 
-    let looped = stack.run(&json!({"instruction": "repeat yourself"})).await;
-    assert_eq!(looped.job().status, JobStatus::Failed);
-    let error = looped.job().error.as_deref().unwrap_or_default();
+    let (looped, error) = fails(&stack, &json!({"instruction": "repeat yourself"})).await;
     assert!(error.contains("loop detected"), "{error}");
     let id = looped.id();
     let warned = stack.events(id).await.iter().any(|e| {
@@ -367,9 +373,7 @@ async fn a_conversation_that_cannot_fit_fails_with_context_overflow() {
         {"tool_calls": [{"name": "complete", "arguments": {"result": "never"}}]}
     ]}]});
     let stack = stack(scenarios, &[("MAX_PROMPT_TOKENS", "200")]).await;
-    let task = stack.run(&json!({"instruction": "anything"})).await;
-    assert_eq!(task.job().status, JobStatus::Failed);
-    let error = task.job().error.as_deref().unwrap_or_default();
+    let (_, error) = fails(&stack, &json!({"instruction": "anything"})).await;
     assert!(error.starts_with("context overflow"), "{error}");
     assert!(
         stack.llm.requests().await.expect("requests").is_empty(),
@@ -400,10 +404,7 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
     ]});
     let main = stack(scenarios.clone(), &[]).await;
 
-    let chatter = main
-        .run(&json!({"instruction": "chatter", "piece": "tight"}))
-        .await;
-    let error = chatter.job().error.as_deref().unwrap_or_default();
+    let (chatter, error) = fails(&main, &json!({"instruction": "chatter", "piece": "tight"})).await;
     assert!(
         error.contains("replied 3 times without calling a tool"),
         "{chatter:?}"
@@ -425,10 +426,7 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
         "a warning after each of the allowed text-only replies"
     );
 
-    let spin = main
-        .run(&json!({"instruction": "spin", "piece": "tight"}))
-        .await;
-    let error = spin.job().error.as_deref().unwrap_or_default();
+    let (spin, error) = fails(&main, &json!({"instruction": "spin", "piece": "tight"})).await;
     assert!(
         error.contains("movement `a` took 5 LLM iterations"),
         "{spin:?}"
@@ -441,10 +439,7 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
     });
     assert!(watched, "the watchdog warned first");
 
-    let swing = main
-        .run(&json!({"instruction": "swing", "piece": "tight"}))
-        .await;
-    let error = swing.job().error.as_deref().unwrap_or_default();
+    let (swing, error) = fails(&main, &json!({"instruction": "swing", "piece": "tight"})).await;
     assert!(error.contains("may enter 3 movements in all"), "{swing:?}");
 
     let start = main
@@ -476,8 +471,7 @@ async fn the_watchdog_text_only_limit_loop_guard_start_override_and_deadline_hol
     let error = slow.job().error.as_deref().unwrap_or_default();
     assert!(error.contains("deadline exceeded"), "{slow:?}");
     // MAX_ITERATIONS (3) ends the job before the piece's own limit (5) would.
-    let many = strict.run(&json!({"instruction": "many steps"})).await;
-    let error = many.job().error.as_deref().unwrap_or_default();
+    let (many, error) = fails(&strict, &json!({"instruction": "many steps"})).await;
     assert!(
         error.contains("no `complete` after 3 LLM iterations"),
         "{many:?}"

@@ -3,8 +3,6 @@
 //! showing the workspace (AGENTS.md, memory and skills indexes, lessons), and the scripted
 //! LLM reporting a real upstream server's usage.
 
-use std::time::Duration;
-
 use maestro_domain::{EventKind, JobStatus};
 use maestro_testkit::{Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
@@ -14,7 +12,7 @@ async fn stack(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     for (key, value) in env {
         options = options.env(key, value);
     }
-    Stack::spawn(options).await.expect("the stack starts")
+    Stack::up(options).await
 }
 
 /// The prompt guard end to end: when the conversation outgrows `MAX_PROMPT_TOKENS` it is
@@ -136,13 +134,7 @@ async fn a_new_job_sees_agents_md_memory_skills_and_lessons() {
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     let id = done.id();
     stack.comment(id, "Look again.").await.expect("a follow-up");
-    let done = stack
-        .wait_within(
-            id,
-            &[JobStatus::Succeeded, JobStatus::Failed],
-            Duration::from_secs(30),
-        )
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().job_no, 2);
     let requests = stack.llm.requests().await.expect("requests");
     let follow = requests
@@ -184,7 +176,7 @@ async fn scripted_llm_reports_the_upstream_usage() {
     ]}]});
     let mut options = StackOptions::new(scenarios);
     options.llm_upstream = Some(upstream.base_url.clone());
-    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let stack = Stack::up(options).await;
     let done = stack.run(&json!({"instruction": "look around"})).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use maestro_api::Task;
 use maestro_domain::{Event, EventKind, JobStatus};
-use maestro_testkit::{Service, Stack, StackOptions, TaskExt, job_states, of_kind};
+use maestro_testkit::{Service, Stack, StackOptions, TaskExt, job_states, of_kind, state_change};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -56,23 +56,6 @@ fn slow_second_turn(matches: &str) -> Value {
     })
 }
 
-/// Wait until the task's second turn is streaming (a delta after the first tool result).
-async fn wait_for_second_turn(stack: &Stack, task_id: impl std::fmt::Display) {
-    let mut stream = stack.stream(task_id, None).await;
-    let mut seen_result = false;
-    let items = stream
-        .read_until(WAIT, |item| {
-            seen_result |= item.event == "tool_result";
-            seen_result && item.event == "delta"
-        })
-        .await;
-    assert_eq!(
-        items.last().map(|i| i.event.as_str()),
-        Some("delta"),
-        "the second turn streams: {items:#?}"
-    );
-}
-
 async fn readiness(stack: &Stack) -> (u16, Value) {
     let response = stack
         .http
@@ -108,17 +91,10 @@ async fn a_rate_limited_llm_call_waits_for_retry_after_then_succeeds() {
             "tool_calls": [{"name": "complete", "arguments": {"result": "after the wait"}}]
         }]
     }]});
-    let options = StackOptions::new(scenario)
-        .env("RETRY_BASE_MS", "100")
-        .env("RETRY_MAX_MS", "200");
-    let stack = Stack::spawn(options).await.expect("the stack starts");
-    let id = stack
-        .create(&json!({"instruction": "be patient"}))
-        .await
-        .id();
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
+    let options = StackOptions::new(scenario).retry_backoff(100, 200);
+    let stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "be patient"})).await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 
     let events = stack.events(id).await;
@@ -126,10 +102,7 @@ async fn a_rate_limited_llm_call_waits_for_retry_after_then_succeeds() {
         job_states(&events),
         ["queued", "running", "retry", "running", "succeeded"]
     );
-    let retry = events
-        .iter()
-        .find(|e| e.payload["status"] == "retry")
-        .expect("retry event");
+    let retry = state_change(&events, "retry");
     let next_retry_at = time(&retry.payload["next_retry_at"]);
     let waited = next_retry_at - retry.created_at;
     assert!(
@@ -160,13 +133,11 @@ async fn doomed(status: u16, body: &str, env: &[(&str, &str)]) -> (Stack, Task) 
         "name": "broken",
         "turns": [{"fail": {"status": status, "body": body, "times": 0}}]
     }]});
-    let mut options = StackOptions::new(scenario)
-        .env("RETRY_BASE_MS", "100")
-        .env("RETRY_MAX_MS", "200");
+    let mut options = StackOptions::new(scenario).retry_backoff(100, 200);
     for (key, value) in env {
         options = options.env(key, value);
     }
-    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let stack = Stack::up(options).await;
     let done = stack.run(&json!({"instruction": "doomed"})).await;
     (stack, done)
 }
@@ -239,16 +210,14 @@ async fn a_missing_tool_runner_is_waited_for() {
         {"tool_calls": [{"name": "complete", "arguments": {"result": "listed"}}]}
     ]}]});
     let mut options = StackOptions::new(scenario)
-        .env("RETRY_BASE_MS", "300")
-        .env("RETRY_MAX_MS", "600")
+        .retry_backoff(300, 600)
         .env("JOB_MAX_ATTEMPTS", "50")
         .env("JOB_MAX_DELIVER", "60");
     options.services.retain(|s| *s != Service::ToolRunner);
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    let mut stack = Stack::up(options).await;
     let id = stack
-        .create(&json!({"instruction": "list the files"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "list the files"}))
+        .await;
     let waiting = stack
         .wait_within(
             id,
@@ -261,13 +230,8 @@ async fn a_missing_tool_runner_is_waited_for() {
         waiting.job().next_retry_at.is_some(),
         "the retry time is visible: {waiting:?}"
     );
-    stack
-        .start(Service::ToolRunner, "tool-runner", &[])
-        .await
-        .expect("tool-runner");
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
+    stack.add(Service::ToolRunner, "tool-runner").await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(
         stack.llm.requests().await.expect("requests").len(),
@@ -279,27 +243,16 @@ async fn a_missing_tool_runner_is_waited_for() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_is_fenced_when_it_wakes_up() {
     let scenarios = json!({"scenarios": [slow_second_turn("zombie")]});
-    let mut options = StackOptions::new(scenarios).env("JOB_ACK_WAIT_MS", "1500");
-    options.services.retain(|s| *s != Service::Worker);
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    stack
-        .start(Service::Worker, "worker-a", &[])
-        .await
-        .expect("worker a");
-    let id = stack
-        .create(&json!({"instruction": "zombie test"}))
-        .await
-        .id();
-    wait_for_second_turn(&stack, id).await;
+    let options = StackOptions::new(scenarios)
+        .env("JOB_ACK_WAIT_MS", "1500")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "zombie test"})).await;
+    stack.wait_for_next_turn(id).await;
 
     stack.process("worker-a").signal("STOP");
-    stack
-        .start(Service::Worker, "worker-b", &[])
-        .await
-        .expect("worker b");
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
+    stack.add(Service::Worker, "worker-b").await;
+    let done = stack.wait_over(id).await;
     assert_eq!(
         done.job().status,
         JobStatus::Succeeded,
@@ -346,22 +299,13 @@ async fn a_paused_worker_is_fenced_when_it_wakes_up() {
 async fn sigterm_drains_a_worker_and_another_takes_its_job_over_at_once() {
     let scenarios = json!({"scenarios": [slow_second_turn("drain")]});
     // The default 30 s ack_wait: a handover that waited for redelivery would miss the deadline.
-    let mut options = StackOptions::new(scenarios).env("SHUTDOWN_GRACE_MS", "300");
-    options.services.retain(|s| *s != Service::Worker);
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    stack
-        .start(Service::Worker, "worker-a", &[])
-        .await
-        .expect("worker a");
-    let id = stack
-        .create(&json!({"instruction": "drain test"}))
-        .await
-        .id();
-    wait_for_second_turn(&stack, id).await;
-    stack
-        .start(Service::Worker, "worker-b", &[])
-        .await
-        .expect("worker b");
+    let options = StackOptions::new(scenarios)
+        .env("SHUTDOWN_GRACE_MS", "300")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "drain test"})).await;
+    stack.wait_for_next_turn(id).await;
+    stack.add(Service::Worker, "worker-b").await;
 
     let exit = stack
         .process("worker-a")
@@ -427,11 +371,10 @@ async fn a_second_sigterm_exits_at_once() {
         {"delay_ms": 30000, "tool_calls": [{"name": "complete", "arguments": {"result": "late"}}]}
     ]}]});
     let options = StackOptions::new(scenario).env("SHUTDOWN_GRACE_MS", "30000");
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    let mut stack = Stack::up(options).await;
     let id = stack
-        .create(&json!({"instruction": "take your time"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "take your time"}))
+        .await;
     stack.wait_within(id, &[JobStatus::Running], WAIT).await;
     let worker = stack.process("worker");
     worker.signal("TERM");
@@ -459,7 +402,7 @@ async fn the_stack_rides_out_a_nats_restart() {
         ]
     }]});
     let options = StackOptions::new(scenario).env("REDISPATCH_GRACE_MS", "1000");
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
+    let mut stack = Stack::up(options).await;
     let before = stack.create(&json!({"instruction": "before"})).await;
     stack
         .wait_within(before.id(), &[JobStatus::Succeeded], WAIT)
@@ -482,9 +425,7 @@ async fn the_stack_rides_out_a_nats_restart() {
         &stack.create(&json!({"instruction": "after"})).await,
     ] {
         let id = task.id();
-        let done = stack
-            .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-            .await;
+        let done = stack.wait_over(id).await;
         assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
         assert_consistent(&stack.events(id).await);
     }
@@ -500,14 +441,14 @@ async fn the_stack_rides_out_a_postgres_restart_even_mid_job() {
         .private_postgres()
         .env("JOB_ACK_WAIT_MS", "2000")
         .env("REDISPATCH_GRACE_MS", "1000");
-    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let stack = Stack::up(options).await;
     let first = stack.create(&json!({"instruction": "first"})).await;
     stack
         .wait_within(first.id(), &[JobStatus::Succeeded], WAIT)
         .await;
 
-    let slow_id = stack.create(&json!({"instruction": "mid-job"})).await.id();
-    wait_for_second_turn(&stack, slow_id).await;
+    let slow_id = stack.new_task(&json!({"instruction": "mid-job"})).await;
+    stack.wait_for_next_turn(slow_id).await;
     let postgres = stack.postgres.as_ref().expect("private postgres");
     postgres.stop().expect("Postgres stops");
     let body = wait_for_readiness(&stack, 503).await;
@@ -522,9 +463,7 @@ async fn the_stack_rides_out_a_postgres_restart_even_mid_job() {
     postgres.start_again().expect("Postgres starts again");
     wait_for_readiness(&stack, 200).await;
 
-    let done = stack
-        .wait_within(slow_id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
+    let done = stack.wait_over(slow_id).await;
     assert_eq!(
         done.job().status,
         JobStatus::Succeeded,

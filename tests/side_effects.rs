@@ -38,11 +38,7 @@ async fn counter(delay: Duration) -> (String, Arc<AtomicUsize>) {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/count", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("{}/count", maestro_testkit::serve(app).await);
     (url, count)
 }
 
@@ -82,24 +78,13 @@ async fn effect_lost() -> (Stack, TaskId, Arc<AtomicUsize>) {
         .policy(NETWORK)
         .env("TOOL_TIMEOUT_MS", "3000")
         .env("RETRY_BASE_MS", "200");
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    let id = stack
-        .create(&json!({"instruction": "count once"}))
-        .await
-        .id();
+    let mut stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "count once"})).await;
     wait_for_count(&count, 1).await;
     stack.kill("tool-runner").await;
-    stack
-        .start(Service::ToolRunner, "tool-runner", &[])
-        .await
-        .expect("tool-runner again");
+    stack.add(Service::ToolRunner, "tool-runner").await;
 
-    let settled = [
-        JobStatus::WaitingHuman,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-    ];
-    let done = stack.wait_within(id, &settled, WAIT).await;
+    let done = stack.settle(id).await;
     assert_eq!(done.job().status, JobStatus::WaitingHuman, "{done:?}");
     assert_eq!(done.job().wait_reason, Some(WaitReason::SideEffectUnknown));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -123,7 +108,8 @@ async fn effect_lost() -> (Stack, TaskId, Arc<AtomicUsize>) {
     (stack, id, count)
 }
 
-/// Say whether the lost effect happened (`happened` / `not_happened`); the job resumes.
+/// Say whether the lost effect happened (`happened` / `not_happened`); the job resumes and
+/// succeeds.
 async fn settle_lost_effect(stack: &Stack, id: TaskId, verdict: &str) {
     let items = stack.required_actions(id).await;
     let item = &items[0];
@@ -141,6 +127,8 @@ async fn settle_lost_effect(stack: &Stack, id: TaskId, verdict: &str) {
         .decide(id, item.id, &DecideRequest::new(verdict))
         .await;
     assert!(decided.expect("decided").resumed);
+    let done = stack.wait_over(id).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,10 +137,6 @@ async fn a_tool_runner_killed_mid_effect_leaves_the_job_paused_not_repeated() {
     // A person looks at the counter and says the call took effect: the job goes on without
     // running it again, and the ledger records it as committed.
     settle_lost_effect(&stack, id, "happened").await;
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
-    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(count.load(Ordering::SeqCst), 1, "still exactly once");
     assert_eq!(operation_status(&stack).await, ["committed"]);
 }
@@ -161,10 +145,6 @@ async fn a_tool_runner_killed_mid_effect_leaves_the_job_paused_not_repeated() {
 async fn a_lost_effect_a_person_says_did_not_happen_runs_again_once() {
     let (stack, id, count) = effect_lost().await;
     settle_lost_effect(&stack, id, "not_happened").await;
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
-    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(count.load(Ordering::SeqCst), 2, "run again, once");
     let results = tool_results(&stack.events(id).await);
     assert!(
@@ -181,32 +161,17 @@ async fn a_lost_effect_a_person_says_did_not_happen_runs_again_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_effect_is_replaced_by_one_that_learns_the_outcome() {
     let (url, count) = counter(Duration::from_secs(2)).await;
-    let mut options = StackOptions::new(effect_scenario(&url))
+    let options = StackOptions::new(effect_scenario(&url))
         .policy(NETWORK)
-        .env("JOB_ACK_WAIT_MS", "1500");
-    options.services.retain(|s| *s != Service::Worker);
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    stack
-        .start(Service::Worker, "worker-a", &[])
-        .await
-        .expect("worker a");
-    let id = stack
-        .create(&json!({"instruction": "count once"}))
-        .await
-        .id();
+        .env("JOB_ACK_WAIT_MS", "1500")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "count once"})).await;
     wait_for_count(&count, 1).await;
     stack.kill("worker-a").await;
-    stack
-        .start(Service::Worker, "worker-b", &[])
-        .await
-        .expect("worker b");
+    stack.add(Service::Worker, "worker-b").await;
 
-    let settled = [
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::WaitingHuman,
-    ];
-    let done = stack.wait_within(id, &settled, WAIT).await;
+    let done = stack.settle(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(count.load(Ordering::SeqCst), 1, "exactly once");
     let events = stack.events(id).await;
@@ -249,8 +214,8 @@ async fn calls_outside_the_policy_are_refused_and_read_only_results_are_reused()
         ]
     }]});
     let options = StackOptions::new(scenario).policy(&policy.to_string());
-    let stack = Stack::spawn(options).await.expect("stack");
-    let id = stack.create(&json!({"instruction": "policy"})).await.id();
+    let stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "policy"})).await;
     // Change the file behind the agent's back while turn 3 waits: a cached read does not see it.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -262,9 +227,7 @@ async fn calls_outside_the_policy_are_refused_and_read_only_results_are_reused()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     std::fs::write(stack.workspace(id).join("a.txt"), "two").expect("outside change");
-    let done = stack
-        .wait_within(id, &[JobStatus::Succeeded, JobStatus::Failed], WAIT)
-        .await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
 
     let results = tool_results(&stack.events(id).await);

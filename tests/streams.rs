@@ -147,13 +147,10 @@ fn check_reconstruction(items: &[SseItem], persisted: &[Event], exact: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_reconnecting_hundreds_of_times_misses_nothing_and_sees_nothing_twice() {
-    let mut stack = Stack::spawn(StackOptions::new(long_scenario()))
-        .await
-        .expect("the stack starts");
+    let mut stack = Stack::up(StackOptions::new(long_scenario())).await;
     let id = stack
-        .create(&json!({"instruction": "stream a lot"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "stream a lot"}))
+        .await;
     let (items, reconnects) = read_with_reconnects(&mut stack, id, async |_, _| {}).await;
     assert!(reconnects >= 200, "reconnected {reconnects} times");
     let persisted = stack.events(id).await;
@@ -162,24 +159,17 @@ async fn a_client_reconnecting_hundreds_of_times_misses_nothing_and_sees_nothing
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnecting_across_a_worker_crash_and_redelivery_misses_nothing() {
-    let mut options = StackOptions::new(long_scenario()).env("JOB_ACK_WAIT_MS", "1500");
-    options.services.retain(|s| *s != Service::Worker);
-    let mut stack = Stack::spawn(options).await.expect("the stack starts");
-    stack
-        .start(Service::Worker, "worker-a", &[])
-        .await
-        .expect("worker a");
+    let options = StackOptions::new(long_scenario())
+        .env("JOB_ACK_WAIT_MS", "1500")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
     let id = stack
-        .create(&json!({"instruction": "stream a lot"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "stream a lot"}))
+        .await;
     let (items, reconnects) = read_with_reconnects(&mut stack, id, async |stack: &mut Stack, n| {
         if n == 60 {
             stack.kill("worker-a").await;
-            stack
-                .start(Service::Worker, "worker-b", &[])
-                .await
-                .expect("worker b");
+            stack.add(Service::Worker, "worker-b").await;
         }
     })
     .await;
@@ -196,6 +186,15 @@ async fn reconnecting_across_a_worker_crash_and_redelivery_misses_nothing() {
     check_reconstruction(&items, &persisted, false);
 }
 
+/// The stream ids of the persisted events after `seq`.
+fn ids_after(persisted: &[Event], seq: i64) -> Vec<String> {
+    persisted
+        .iter()
+        .filter(|e| e.seq > seq)
+        .map(|e| e.seq.to_string())
+        .collect()
+}
+
 /// The rest of the stream contract: `?after=` for clients that cannot set `Last-Event-ID`,
 /// keep-alive comments on an idle stream, and a client resuming from a delta that has aged
 /// out of the deltas stream getting the merged message instead (whole, and no delta).
@@ -209,11 +208,8 @@ async fn after_keep_alives_and_aged_out_deltas() {
     let options = StackOptions::new(scenario)
         .env("SSE_KEEPALIVE_MS", "200")
         .env("DELTAS_RETENTION_MS", "1000");
-    let stack = Stack::spawn(options).await.expect("the stack starts");
-    let id = stack
-        .create(&json!({"instruction": "look around"}))
-        .await
-        .id();
+    let stack = Stack::up(options).await;
+    let id = stack.new_task(&json!({"instruction": "look around"})).await;
     let mut live = stack.stream(id, None).await;
     let items = live
         .read_until(WAIT, |i| {
@@ -238,13 +234,9 @@ async fn after_keep_alives_and_aged_out_deltas() {
         })
         .await;
     let ids: Vec<String> = replayed.iter().map(|i| i.id.clone()).collect();
-    let expected: Vec<String> = persisted
-        .iter()
-        .filter(|e| e.seq > after)
-        .map(|e| e.seq.to_string())
-        .collect();
     assert_eq!(
-        ids, expected,
+        ids,
+        ids_after(&persisted, after),
         "every later event once, in order, and no delta"
     );
 
@@ -282,13 +274,9 @@ async fn after_keep_alives_and_aged_out_deltas() {
     assert!(rest.iter().all(|i| i.event != "delta"), "{rest:?}");
     let after_seq = delta.id.parse::<StreamId>().expect("stream id").seq;
     let ids: Vec<String> = rest.iter().map(|i| i.id.clone()).collect();
-    let expected: Vec<String> = persisted
-        .iter()
-        .filter(|e| e.seq > after_seq)
-        .map(|e| e.seq.to_string())
-        .collect();
     assert_eq!(
-        ids, expected,
+        ids,
+        ids_after(&persisted, after_seq),
         "the events after the delta's place, once each"
     );
     let message = rest
@@ -320,11 +308,10 @@ async fn a_client_that_stops_reading_is_disconnected_and_can_resume() {
         .env("SSE_BUFFER", "4")
         .env("SSE_STALL_MS", "1000")
         .env("MAX_PROMPT_TOKENS", "10000000");
-    let stack = Stack::spawn(options).await.expect("the stack starts");
+    let stack = Stack::up(options).await;
     let id = stack
-        .create(&json!({"instruction": "flood the stream"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "flood the stream"}))
+        .await;
     // Connect and read nothing while the job floods the stream.
     let response = stack
         .http
@@ -381,11 +368,7 @@ async fn a_client_that_stops_reading_is_disconnected_and_can_resume() {
         .await;
     let persisted = stack.events(id).await;
     let after = last_id.parse::<StreamId>().expect("stream id").seq;
-    let expected: Vec<String> = persisted
-        .iter()
-        .filter(|e| e.seq > after)
-        .map(|e| e.seq.to_string())
-        .collect();
+    let expected = ids_after(&persisted, after);
     let got: Vec<String> = rest
         .iter()
         .filter(|i| i.event != "delta")

@@ -10,8 +10,6 @@ use maestro_testkit::script::{call, complete, delegate, turn};
 use maestro_testkit::{Service, Stack, StackOptions, TaskExt};
 use serde_json::{Value, json};
 
-const OVER: [JobStatus; 2] = [JobStatus::Succeeded, JobStatus::Failed];
-
 async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     let mut options = StackOptions::new(scenarios)
         .policy(r#"{"allowed_tools": ["*", "delegate"]}"#)
@@ -19,7 +17,7 @@ async fn setup(scenarios: Value, env: &[(&str, &str)]) -> Stack {
     for (key, value) in env {
         options = options.env(key, value);
     }
-    Stack::spawn(options).await.expect("the stack starts")
+    Stack::up(options).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,19 +32,15 @@ async fn the_join_happens_when_the_scheduler_comes_back() {
     let mut stack = setup(scenarios, &[]).await;
     stack.kill("scheduler").await;
     let id = stack
-        .create(&json!({"instruction": "PARENT-JOIN: delegate once", "piece": "chat"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "PARENT-JOIN: delegate once", "piece": "chat"}))
+        .await;
     let child_id = stack.wait_for_subtasks(id, 1).await[0].id;
     stack.wait(child_id, &[JobStatus::Succeeded]).await;
     let waiting = stack.wait(id, &[JobStatus::WaitingSubtasks]).await;
     assert_eq!(waiting.job().status, JobStatus::WaitingSubtasks);
     // Nobody joins while the scheduler is down; once it is back, its first join does.
-    stack
-        .start(Service::Scheduler, "scheduler", &[])
-        .await
-        .expect("the scheduler starts again");
-    let done = stack.wait(id, &OVER).await;
+    stack.add(Service::Scheduler, "scheduler").await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().result.as_deref(), Some("joined"), "{done:?}");
 }
 
@@ -66,18 +60,14 @@ async fn subtasks_survive_a_killed_worker() {
     ]});
     let mut stack = setup(scenarios, &[("JOB_ACK_WAIT_MS", "1500")]).await;
     let id = stack
-        .create(&json!({"instruction": "PARENT-CRASH: two slow parts", "piece": "chat"}))
-        .await
-        .id();
+        .new_task(&json!({"instruction": "PARENT-CRASH: two slow parts", "piece": "chat"}))
+        .await;
     for kid in stack.wait_for_subtasks(id, 2).await {
         stack.wait(kid.id, &[JobStatus::Running]).await;
     }
     stack.kill("worker").await;
-    stack
-        .start(Service::Worker, "worker-b", &[])
-        .await
-        .expect("another worker starts");
-    let done = stack.wait(id, &OVER).await;
+    stack.add(Service::Worker, "worker-b").await;
+    let done = stack.wait_over(id).await;
     assert_eq!(
         done.job().result.as_deref(),
         Some("both parts done"),

@@ -18,7 +18,7 @@ async fn setup(scenarios: Value, policy: &str) -> Stack {
     let options = StackOptions::new(scenarios)
         .policy(policy)
         .env("MAX_SUBTASK_DEPTH", "1");
-    Stack::spawn(options).await.expect("the stack starts")
+    Stack::up(options).await
 }
 
 async fn start(stack: &Stack, instruction: &str) -> TaskId {
@@ -51,8 +51,6 @@ fn messages(request: &Value) -> Vec<Value> {
         .expect("messages")
 }
 
-const OVER: [JobStatus; 2] = [JobStatus::Succeeded, JobStatus::Failed];
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
     let scenarios = json!({"scenarios": [
@@ -81,12 +79,7 @@ async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
     let stack = setup(scenarios, POLICY).await;
     let id = start(&stack, "PARENT-WORK: split the work").await;
 
-    let settled = [
-        JobStatus::WaitingSubtasks,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-    ];
-    let waiting = stack.wait(id, &settled).await;
+    let waiting = stack.settle(id).await;
     assert_eq!(
         waiting.job().status,
         JobStatus::WaitingSubtasks,
@@ -104,13 +97,9 @@ async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
         .decide(id, items[0].id, &DecideRequest::new("approve"))
         .await
         .expect_err("refused");
-    assert_eq!(
-        (refused.status, refused.code.as_str()),
-        (409, "decided_by_the_subtask"),
-        "{refused}"
-    );
+    assert_eq!(refused.pair(), (409, "decided_by_the_subtask"), "{refused}");
 
-    let done = stack.wait(id, &OVER).await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(done.job().result.as_deref(), Some("parent done"));
     assert_eq!(done.job().job_no, 1, "the same job resumed");
@@ -265,7 +254,7 @@ async fn a_child_waiting_for_a_person_shows_on_its_parent_and_cancel_reaches_the
     // The child's question is answered on the child; then the child finishes, and so does
     // the parent.
     stack.comment(child_id, "blue").await.expect("answered");
-    let done = stack.wait(id, &OVER).await;
+    let done = stack.wait_over(id).await;
     assert_eq!(
         done.job().result.as_deref(),
         Some("the colour is blue"),
@@ -328,12 +317,7 @@ async fn delegates_wait_for_an_approval_in_the_same_reply() {
     let policy = r#"{"allowed_tools": ["*", "delegate"], "gated_tools": ["write_file"]}"#;
     let stack = setup(scenarios, policy).await;
     let id = start(&stack, "PARENT-APPROVE: write, then hand over").await;
-    let settled = [
-        JobStatus::WaitingHuman,
-        JobStatus::WaitingSubtasks,
-        JobStatus::Failed,
-    ];
-    let paused = stack.wait(id, &settled).await;
+    let paused = stack.settle(id).await;
     assert_eq!(
         paused.job().wait_reason,
         Some(WaitReason::ToolRequest),
@@ -348,7 +332,7 @@ async fn delegates_wait_for_an_approval_in_the_same_reply() {
         .decide_via(id, "tool-requests", rid, &DecideRequest::new("approve"))
         .await
         .expect("approved");
-    let done = stack.wait(id, &OVER).await;
+    let done = stack.wait_over(id).await;
     assert_eq!(done.job().result.as_deref(), Some("done"), "{done:?}");
     let child = requests_of(&stack, "child").await;
     let read = messages(child.last().expect("a request"));

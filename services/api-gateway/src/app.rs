@@ -1,46 +1,18 @@
-//! Building and serving the gateway: shared state, routes, middleware.
+//! Building and serving the gateway: routes, middleware, the listener.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
 use axum::routing::{delete, get, post, put};
-use maestro_db::PgPool;
-use maestro_messaging::Bus;
-use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
 use crate::config::Settings;
 use crate::routes;
-
-/// What every handler can reach.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    pub pool: PgPool,
-    /// NATS, JetStream and the subjects; what follows a commit goes through
-    /// [`Bus::after_commit`].
-    pub bus: Bus,
-    pub settings: Arc<Settings>,
-    /// Cancelled at shutdown; long-lived responses (SSE) end on it.
-    pub shutdown: CancellationToken,
-}
-
-impl AppState {
-    /// Connect to Postgres and NATS (migrating and creating streams when asked).
-    pub async fn connect(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
-        let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-api-gateway").await?;
-        Ok(Self {
-            pool,
-            bus,
-            settings: Arc::new(settings),
-            shutdown,
-        })
-    }
-}
+use crate::state::AppState;
 
 /// All routes.
 pub fn router(state: AppState) -> Router {

@@ -6,8 +6,8 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use maestro_domain::Owner;
 
-use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// The authenticated owner of the request.
 #[derive(Debug, Clone)]

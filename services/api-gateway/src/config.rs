@@ -61,6 +61,9 @@ impl Settings {
         let addr = addr
             .parse()
             .map_err(|_| env.invalid("GATEWAY_ADDR", "expected host:port"))?;
+        if env.opt("API_TOKENS").is_none() {
+            tracing::warn!("API_TOKENS is not set: only the local development token is accepted");
+        }
         let tokens = parse_tokens(&env.string("API_TOKENS", DEV_TOKENS))
             .map_err(|reason| env.invalid("API_TOKENS", reason))?;
         let allowed_models = env

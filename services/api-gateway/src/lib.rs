@@ -9,8 +9,10 @@ pub mod error;
 pub mod json;
 pub mod routes;
 pub mod routing;
+pub mod state;
 pub mod validate;
 pub mod views;
 
-pub use app::{AppState, router, serve};
+pub use app::{router, serve};
 pub use config::Settings;
+pub use state::AppState;

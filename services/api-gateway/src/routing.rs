@@ -12,8 +12,8 @@ use maestro_domain::{Comment, JobId, Owner, TaskId};
 use maestro_messaging::AfterCommit;
 use maestro_messaging::payloads::JobDispatch;
 
-use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// How often a comment is routed again when the job changed state under it.
 const ROUTING_ATTEMPTS: usize = 3;

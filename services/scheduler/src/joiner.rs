@@ -9,14 +9,14 @@
 
 use std::time::Duration;
 
-use maestro_db::subtasks::{Finished, Resumed};
+use maestro_db::jobs::ToDispatch;
+use maestro_db::subtasks::Finished;
 use maestro_db::{DbError, PgPool, events, subtasks};
 use maestro_domain::{
     ActionId, Decision, DecisionEvent, EventBody, JobId, JobStateChange, JobStatus, Verdict,
     WaitReason,
 };
-use maestro_messaging::payloads::JobDispatch;
-use maestro_messaging::{AfterCommit, Bus};
+use maestro_messaging::Bus;
 use tokio_util::sync::CancellationToken;
 
 /// Items resolved per join.
@@ -50,17 +50,10 @@ impl Joiner {
         let Some(resumed) = join(&self.pool, JOIN_BATCH).await? else {
             return Ok(0);
         };
-        let mut after = AfterCommit::events();
         for job in &resumed {
             tracing::info!(job_id = %job.job_id, "every subtask is over: job queued again");
-            let dispatch = JobDispatch {
-                job_id: job.job_id,
-                task_id: job.task_id,
-                attempt: job.attempt,
-            };
-            after = after.dispatch(&job.profile, dispatch);
         }
-        self.bus.after_commit(after).await;
+        self.bus.after_commit(crate::dispatch_all(&resumed)).await;
         Ok(resumed.len())
     }
 }
@@ -68,7 +61,7 @@ impl Joiner {
 /// The join's transaction: resolve up to `limit` items whose child is over, queue the parents
 /// with nothing left pending, write their events. `None` when it wrote nothing; else the
 /// parents queued again, to dispatch.
-pub async fn join(pool: &PgPool, limit: i64) -> Result<Option<Vec<Resumed>>, DbError> {
+pub async fn join(pool: &PgPool, limit: i64) -> Result<Option<Vec<ToDispatch>>, DbError> {
     let mut tx = maestro_db::begin(pool).await?;
     let finished = subtasks::finished(&mut tx, limit).await?;
     let decisions = verdicts(&finished);
@@ -103,7 +96,7 @@ fn verdicts(finished: &[Finished]) -> Vec<(ActionId, Decision)> {
 fn join_events(
     finished: &[Finished],
     decisions: &[(ActionId, Decision)],
-    resumed: &[Resumed],
+    resumed: &[ToDispatch],
 ) -> Vec<(JobId, Vec<EventBody>)> {
     let mut jobs: Vec<JobId> = finished
         .iter()
@@ -170,7 +163,7 @@ mod tests {
                 result: Some("done".into())
             }
         );
-        let resumed = [Resumed {
+        let resumed = [ToDispatch {
             job_id: ready,
             task_id: TaskId::new(),
             attempt: 2,

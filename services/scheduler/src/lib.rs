@@ -9,6 +9,9 @@ pub mod redispatch;
 pub mod relay;
 mod wake;
 
+use maestro_db::jobs::ToDispatch;
+use maestro_messaging::AfterCommit;
+use maestro_messaging::payloads::JobDispatch;
 use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
 
@@ -41,4 +44,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         redispatcher.run(shutdown)
     );
     Ok(())
+}
+
+/// What follows a commit that queued `jobs` (again): its events, then each job's dispatch (a
+/// dispatch lost here is sent again by the re-dispatcher: the job is `queued`).
+fn dispatch_all<'a>(jobs: impl IntoIterator<Item = &'a ToDispatch>) -> AfterCommit {
+    jobs.into_iter().fold(AfterCommit::events(), |after, job| {
+        let dispatch = JobDispatch {
+            job_id: job.job_id,
+            task_id: job.task_id,
+            attempt: job.attempt,
+        };
+        after.dispatch(&job.profile, dispatch)
+    })
 }

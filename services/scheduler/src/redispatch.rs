@@ -8,8 +8,7 @@
 use std::time::Duration;
 
 use maestro_db::PgPool;
-use maestro_messaging::payloads::JobDispatch;
-use maestro_messaging::{AfterCommit, Bus};
+use maestro_messaging::Bus;
 use tokio_util::sync::CancellationToken;
 
 /// Stalled jobs taken per scan.
@@ -45,18 +44,13 @@ impl Redispatcher {
         if stalled.is_empty() {
             return Ok(0);
         }
-        // Each re-dispatch wrote a `redispatch` event.
-        let mut after = AfterCommit::events();
-        for job in &stalled {
-            tracing::info!(job_id = %job.job_id, attempt = job.attempt, reason = %job.reason, "job dispatched again");
-            let dispatch = JobDispatch {
-                job_id: job.job_id,
-                task_id: job.task_id,
-                attempt: job.attempt,
-            };
-            after = after.dispatch(&job.profile, dispatch);
+        for stalled in &stalled {
+            let job = &stalled.job;
+            tracing::info!(job_id = %job.job_id, attempt = job.attempt, reason = %stalled.reason, "job dispatched again");
         }
-        self.bus.after_commit(after).await;
+        // Each re-dispatch wrote a `redispatch` event.
+        let jobs = stalled.iter().map(|s| &s.job);
+        self.bus.after_commit(crate::dispatch_all(jobs)).await;
         Ok(stalled.len())
     }
 }

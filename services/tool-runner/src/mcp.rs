@@ -185,24 +185,16 @@ impl Session {
         if target.server.command.is_empty() {
             return Err(format!("MCP server {} has no command", target.name));
         }
+        let server = &target.server;
         let invocation = Invocation {
-            workspace,
-            argv: target.server.command.clone(),
-            env: target
-                .server
+            env: server
                 .env
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             network,
-            timeout: Duration::MAX,
-            stdin: None,
-            read_only: target
-                .server
-                .read_only_paths
-                .iter()
-                .map(PathBuf::from)
-                .collect(),
+            read_only: server.read_only_paths.iter().map(PathBuf::from).collect(),
+            ..Invocation::new(workspace, server.command.clone(), Duration::MAX)
         };
         let (mut child, cgroups) = sandbox
             .spawn(&invocation, true)

@@ -84,6 +84,12 @@ impl Harness {
         self.toolbox.execute(call, &CancellationToken::new()).await
     }
 
+    /// A call without network and a 5 s limit.
+    async fn run(&self, tool: &str, arguments: Value) -> Result<String, String> {
+        self.call(tool, arguments, false, Duration::from_secs(5))
+            .await
+    }
+
     async fn shell(&self, command: &str) -> Result<String, String> {
         self.call(
             "shell",
@@ -93,6 +99,16 @@ impl Harness {
         )
         .await
     }
+}
+
+/// The `n` of a program's `stopped at <n>` report.
+fn stopped_at(result: &Result<String, String>) -> usize {
+    text(result)
+        .split("stopped at ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("it reports where it stopped: {result:?}"))
 }
 
 fn text(result: &Result<String, String>) -> &str {
@@ -129,28 +145,14 @@ async fn secrets_and_files_outside_the_workspace_cannot_be_read() {
         "nothing of the tool-runner's environment reaches the sandbox, not even its init's: {home:?}"
     );
     for path in ["../../../etc/shadow", "/etc/shadow"] {
-        let read = h
-            .call(
-                "read_file",
-                json!({"path": path}),
-                false,
-                Duration::from_secs(5),
-            )
-            .await;
+        let read = h.run("read_file", json!({"path": path})).await;
         assert!(read.is_err(), "{path}: {read:?}");
     }
     h.shell("ln -s /etc/shadow shadow-link && ln -s / root-link")
         .await
         .expect("links made inside");
     for path in ["shadow-link", "root-link/etc/shadow"] {
-        let read = h
-            .call(
-                "read_file",
-                json!({"path": path}),
-                false,
-                Duration::from_secs(5),
-            )
-            .await;
+        let read = h.run("read_file", json!({"path": path})).await;
         assert!(
             read.is_err() && text(&read).contains("outside"),
             "{path}: {read:?}"
@@ -187,11 +189,9 @@ async fn nothing_outside_the_workspace_can_be_written() {
         "the host's system is untouched"
     );
     let escape = h
-        .call(
+        .run(
             "write_file",
             json!({"path": "../escape.txt", "content": "x"}),
-            false,
-            Duration::from_secs(5),
         )
         .await;
     assert!(escape.is_err(), "{escape:?}");
@@ -206,14 +206,7 @@ async fn nothing_outside_the_workspace_can_be_written() {
     h.shell("echo inside > ok.txt")
         .await
         .expect("the workspace is writable");
-    let read = h
-        .call(
-            "read_file",
-            json!({"path": "ok.txt"}),
-            false,
-            Duration::from_secs(5),
-        )
-        .await;
+    let read = h.run("read_file", json!({"path": "ok.txt"})).await;
     assert_eq!(
         read,
         Ok("inside\n".to_owned()),
@@ -246,11 +239,9 @@ async fn the_network_is_closed_unless_granted() {
         "with network granted it connects: {granted:?}"
     );
     let fetch = h
-        .call(
+        .run(
             "http_fetch",
             json!({"url": format!("http://127.0.0.1:{port}/")}),
-            false,
-            Duration::from_secs(5),
         )
         .await;
     assert!(text(&fetch).contains("not granted"), "{fetch:?}");
@@ -282,12 +273,7 @@ async fn a_fork_bomb_hits_the_process_limit_and_leaves_nothing_behind() {
     let count = h
         .shell("python3 -c \"import os,time\nn=0\ntry:\n  while n < 1000:\n    if os.fork() == 0:\n      time.sleep(5432); os._exit(0)\n    n += 1\nexcept OSError as e:\n  print('stopped at', n)\"")
         .await;
-    let stopped: usize = text(&count)
-        .split("stopped at ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("forking stopped: {count:?}"));
+    let stopped = stopped_at(&count);
     assert!(stopped < 100, "at most the process limit (64): {stopped}");
     let started = Instant::now();
     let bomb = h
@@ -429,32 +415,15 @@ async fn a_fifo_cannot_hang_the_file_tools() {
         .await
         .expect("mkfifo");
     let started = Instant::now();
-    let read = h
-        .call(
-            "read_file",
-            json!({"path": "pipe"}),
-            false,
-            Duration::from_secs(5),
-        )
-        .await;
+    let read = h.run("read_file", json!({"path": "pipe"})).await;
     assert!(text(&read).contains("not a regular file"), "{read:?}");
     let found = h
-        .call(
-            "grep",
-            json!({"pattern": "text"}),
-            false,
-            Duration::from_secs(5),
-        )
+        .run("grep", json!({"pattern": "text"}))
         .await
         .expect("grep skips the fifo");
     assert!(found.contains("note.txt"), "{found}");
     let edit = h
-        .call(
-            "edit_file",
-            json!({"path": "pipe", "old": "a", "new": "b"}),
-            false,
-            Duration::from_secs(5),
-        )
+        .run("edit_file", json!({"path": "pipe", "old": "a", "new": "b"}))
         .await;
     assert!(edit.is_err(), "{edit:?}");
     assert!(
@@ -469,12 +438,7 @@ async fn open_files_stop_at_the_limit() {
     let opened = h
         .shell("python3 -c \"\nfs=[]\ntry:\n  while len(fs) < 1000: fs.append(open('/dev/null'))\nexcept OSError as e: print('stopped at', len(fs), e.errno)\"")
         .await;
-    let stopped: usize = text(&opened)
-        .split("stopped at ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("opening stopped: {opened:?}"));
+    let stopped = stopped_at(&opened);
     assert!(stopped < 64, "at most the open-files limit (64): {stopped}");
     assert!(text(&opened).contains(" 24"), "EMFILE: {opened:?}");
 }

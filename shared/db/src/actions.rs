@@ -305,31 +305,22 @@ pub async fn outstanding(conn: &mut PgConnection, job_id: JobId) -> Result<Outst
     })
 }
 
-/// Store `decision` (an answer) on the oldest pending question of a job. `None` when it has
-/// none.
-pub async fn answer_question(
+/// The oldest pending question of a job (its `ask` item), if it has one.
+pub async fn pending_question(
     conn: &mut PgConnection,
     job_id: JobId,
-    decision: &Decision,
-) -> Result<Option<Action>, DbError> {
-    let stored = serde_json::to_value(decision).map_err(DbError::corrupt)?;
-    let row = sqlx::query_as!(
-        Row,
+) -> Result<Option<ActionId>, DbError> {
+    let id = sqlx::query_scalar!(
         r#"
-        UPDATE required_actions SET status = $2, decided_at = now(), decision = $3
-         WHERE id = (SELECT id FROM required_actions
-                      WHERE job_id = $1 AND kind = 'ask' AND status = 'pending'
-                      ORDER BY created_at LIMIT 1)
-        RETURNING id, task_id, job_id, key, kind, status, movement, source_seq, detail,
-                  decision, created_at, decided_at
+        SELECT id FROM required_actions
+         WHERE job_id = $1 AND kind = 'ask' AND status = 'pending'
+         ORDER BY created_at LIMIT 1
         "#,
-        job_id.0,
-        decision.verdict.status().as_str(),
-        stored
+        job_id.0
     )
     .fetch_optional(conn)
     .await?;
-    row.map(Action::try_from).transpose()
+    Ok(id.map(ActionId))
 }
 
 /// The pending `mcp_auth_required` items for `server` of `owner`'s paused jobs: `(task, item)`.

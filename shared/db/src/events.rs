@@ -1,6 +1,6 @@
 //! Events: reading them, and appending them to a job no worker holds. Every writer hands out
 //! the sequence numbers from the counters on `tasks` and `jobs` in the inserting statement
-//! (here, [`crate::jobs::append`], [`crate::claims::claim`] and the creating statements).
+//! (here, the job's fenced appends, the claim and the creating statements).
 
 use chrono::{DateTime, Utc};
 use maestro_domain::{Event, EventBody, EventKind, JobId, TaskId};

@@ -168,13 +168,20 @@ pub async fn extend_lease(
     })
 }
 
-/// A job the scheduler should dispatch again.
+/// A job to dispatch (again): its claim count is the dispatch's `attempt`, its profile says to
+/// which workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stalled {
+pub struct ToDispatch {
     pub job_id: JobId,
     pub task_id: TaskId,
     pub attempt: i32,
     pub profile: String,
+}
+
+/// A job the scheduler should dispatch again, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stalled {
+    pub job: ToDispatch,
     /// `queued_undelivered`, `retry_due` or `lease_expired`.
     pub reason: String,
 }
@@ -234,10 +241,12 @@ pub async fn take_stalled(
     Ok(rows
         .into_iter()
         .map(|r| Stalled {
-            job_id: JobId(r.id),
-            task_id: TaskId(r.task_id),
-            attempt: r.attempt,
-            profile: r.profile,
+            job: ToDispatch {
+                job_id: JobId(r.id),
+                task_id: TaskId(r.task_id),
+                attempt: r.attempt,
+                profile: r.profile,
+            },
             reason: r.reason,
         })
         .collect())

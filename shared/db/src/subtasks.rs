@@ -15,7 +15,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::jobs::Fence;
+use crate::jobs::{Fence, ToDispatch};
 
 /// The start of the idempotency keys of subtasks (`subtask:<parent job>:<item key>`), which
 /// the API refuses in requests.
@@ -157,15 +157,6 @@ pub async fn find_child(pool: &PgPool, parent: &Parent<'_>, key: &str) -> Result
     })
 }
 
-/// A parent job the join queued again: dispatch it with `attempt`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resumed {
-    pub job_id: JobId,
-    pub task_id: TaskId,
-    pub attempt: i32,
-    pub profile: String,
-}
-
 /// A `subtask` item whose child is over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
@@ -249,7 +240,7 @@ pub async fn resolve(
 
 /// Queue again every `waiting_subtasks` job with no item left pending (one more claim each:
 /// the next claim is a continuation). Their `queued` events are the caller's.
-pub async fn queue_ready(conn: &mut PgConnection) -> Result<Vec<Resumed>, DbError> {
+pub async fn queue_ready(conn: &mut PgConnection) -> Result<Vec<ToDispatch>, DbError> {
     let queued = sqlx::query!(
         r#"
         UPDATE jobs SET status = 'queued', max_attempts = max_attempts + 1, updated_at = now()
@@ -263,7 +254,7 @@ pub async fn queue_ready(conn: &mut PgConnection) -> Result<Vec<Resumed>, DbErro
     .await?;
     Ok(queued
         .into_iter()
-        .map(|r| Resumed {
+        .map(|r| ToDispatch {
             job_id: JobId(r.id),
             task_id: TaskId(r.task_id),
             attempt: r.attempt,

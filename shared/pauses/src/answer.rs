@@ -38,9 +38,10 @@ pub async fn answer(
         ..Decision::new(Verdict::Answer, by.as_str())
     };
     // Waiting for an answer without a question on record: fail closed.
-    let Some(ask) = actions::answer_question(&mut tx, asking.id, &decision).await? else {
+    let Some(question) = actions::pending_question(&mut tx, asking.id).await? else {
         return Ok(None);
     };
+    let ask = actions::store_decision(&mut tx, question, &decision).await?;
     let question = match &ask.detail {
         ActionDetail::Ask { question } => question.as_str(),
         _ => "",

@@ -33,6 +33,26 @@ pub fn http_client() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
+/// The whole `main` of a service: process set-up, telemetry, the service's settings from the
+/// environment (logged, secrets redacted by their `Debug`), then `run` until SIGTERM or SIGINT
+/// asks it to stop (a second signal exits at once).
+pub async fn service_main<S, Fut>(
+    service: &str,
+    settings: impl FnOnce(&Env) -> Result<S, ConfigError>,
+    run: impl FnOnce(S, tokio_util::sync::CancellationToken) -> Fut,
+) -> anyhow::Result<()>
+where
+    S: std::fmt::Debug,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    init_process();
+    let env = Env::from_process();
+    let _telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(&env, service)?);
+    let settings = settings(&env)?;
+    tracing::info!(?settings, "starting {service}");
+    run(settings, shutdown::on_signal()).await
+}
+
 /// Process-wide set-up every binary needs before doing I/O: the TLS crypto provider.
 pub fn init_process() {
     // Only fails when a provider is already installed, which is fine.

@@ -12,7 +12,7 @@ use maestro_api::{
     RoutedComment, SubtaskList, Task, TokenReply, Transcript, Webhook,
 };
 use maestro_domain::task::ChildTask;
-use maestro_domain::{Comment, Event, JobStatus};
+use maestro_domain::{Comment, Event, JobStatus, TaskId};
 use reqwest::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,6 +21,13 @@ use crate::SseClient;
 
 /// How long [`Client::wait`] waits.
 pub const WAIT: Duration = Duration::from_secs(60);
+
+/// The statuses of a job that is over.
+pub const OVER: [JobStatus; 3] = [
+    JobStatus::Succeeded,
+    JobStatus::Failed,
+    JobStatus::Cancelled,
+];
 
 /// The statuses a job no longer runs in: over, or waiting for someone.
 pub const SETTLED: [JobStatus; 5] = [
@@ -46,6 +53,13 @@ impl Display for Refused {
 }
 
 impl std::error::Error for Refused {}
+
+impl Refused {
+    /// Its status and code, to compare in one go.
+    pub fn pair(&self) -> (u16, &str) {
+        (self.status, self.code.as_str())
+    }
+}
 
 /// The API as one owner (one bearer token) sees it.
 #[derive(Debug, Clone)]
@@ -134,6 +148,11 @@ impl Client {
             .unwrap_or_else(|e| panic!("create task: {e}"))
     }
 
+    /// Create a task; its id.
+    pub async fn new_task(&self, body: &impl Serialize) -> TaskId {
+        self.create(body).await.id()
+    }
+
     /// A task with its latest job.
     pub async fn task(&self, id: impl Display) -> Task {
         self.get(&format!("/api/local/tasks/{id}")).await
@@ -164,6 +183,18 @@ impl Client {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Wait (at most [`WAIT`]) until the task's latest job is over: succeeded, failed or
+    /// cancelled.
+    pub async fn wait_over(&self, id: impl Display) -> Task {
+        self.wait(id, &OVER).await
+    }
+
+    /// Wait (at most [`WAIT`]) until the task's latest job no longer runs ([`SETTLED`]): it is
+    /// over, or waits for a person or for its subtasks.
+    pub async fn settle(&self, id: impl Display) -> Task {
+        self.wait(id, &SETTLED).await
     }
 
     /// Create a task and wait until its job no longer runs ([`SETTLED`]).
@@ -292,6 +323,24 @@ impl Client {
         self.try_create_webhook(body)
             .await
             .unwrap_or_else(|e| panic!("create webhook: {e}"))
+    }
+
+    /// Wait (at most [`WAIT`]) until the task's stream shows a delta after a tool result: the
+    /// model is streaming its answer to a tool's result (a second turn).
+    pub async fn wait_for_next_turn(&self, id: impl Display) {
+        let mut stream = self.stream(id, None).await;
+        let mut seen_result = false;
+        let items = stream
+            .read_until(WAIT, |item| {
+                seen_result |= item.event == "tool_result";
+                seen_result && item.event == "delta"
+            })
+            .await;
+        assert_eq!(
+            items.last().map(|i| i.event.as_str()),
+            Some("delta"),
+            "the next turn streams: {items:#?}"
+        );
     }
 
     /// Open the task's SSE stream, after `last_event_id` when given.

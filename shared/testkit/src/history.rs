@@ -30,6 +30,13 @@ pub fn job_states(events: &[Event]) -> Vec<String> {
         .collect()
 }
 
+/// The first `job_state` event that moved the job to `status` (`retry`, `waiting_human`...).
+pub fn state_change<'a>(events: &'a [Event], status: &str) -> &'a Event {
+    of_kind(events, EventKind::JobState)
+        .find(|e| e.payload["status"] == status)
+        .unwrap_or_else(|| panic!("no {status} event among {events:#?}"))
+}
+
 /// Every tool result: `(content, is_error)`.
 pub fn tool_results(events: &[Event]) -> Vec<(String, bool)> {
     of_kind(events, EventKind::ToolResult)

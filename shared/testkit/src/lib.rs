@@ -19,9 +19,9 @@ mod sse;
 mod stack;
 
 pub use bins::binary;
-pub use client::{Client, Refused, SETTLED, WAIT};
+pub use client::{Client, OVER, Refused, SETTLED, WAIT};
 pub use db::TestDb;
-pub use history::{TaskExt, job_states, of_kind, tool_results};
+pub use history::{TaskExt, job_states, of_kind, state_change, tool_results};
 pub use llm::ScriptedLlm;
 pub use nats::NatsServer;
 pub use postgres::PgServer;
@@ -42,4 +42,14 @@ pub fn http_client() -> reqwest::Client {
     maestro_runtime::http_client()
         .build()
         .expect("an HTTP client")
+}
+
+/// Serve `app` on a free local port for the rest of the test; its `http://127.0.0.1:<port>`.
+pub async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a local port");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
 }

@@ -60,6 +60,8 @@ pub struct StackOptions {
     pub policy: Option<String>,
     /// Piece files `(name, YAML)`, written to a `PIECES_DIR` of the stack's.
     pub pieces: Vec<(String, String)>,
+    /// The worker's instance name, when not `worker`.
+    pub worker_name: Option<String>,
 }
 
 impl StackOptions {
@@ -72,6 +74,7 @@ impl StackOptions {
             llm_upstream: None,
             policy: None,
             pieces: Vec::new(),
+            worker_name: None,
         }
     }
 
@@ -108,6 +111,19 @@ impl StackOptions {
 
     pub fn policy(mut self, json: &str) -> Self {
         self.policy = Some(json.to_owned());
+        self
+    }
+
+    /// A job's retry backoff: `base_ms` first, doubling up to `max_ms`.
+    pub fn retry_backoff(self, base_ms: u64, max_ms: u64) -> Self {
+        self.env("RETRY_BASE_MS", &base_ms.to_string())
+            .env("RETRY_MAX_MS", &max_ms.to_string())
+    }
+
+    /// Start the worker as the instance `name` (to kill or stop it by that name) instead of
+    /// `worker`.
+    pub fn worker_named(mut self, name: &str) -> Self {
+        self.worker_name = Some(name.to_owned());
         self
     }
 
@@ -216,9 +232,20 @@ impl Stack {
             dir,
         };
         for service in options.services {
-            stack.start(service, service.name(), &[]).await?;
+            let instance = match (service, &options.worker_name) {
+                (Service::Worker, Some(name)) => name.as_str(),
+                _ => service.name(),
+            };
+            stack.start(service, instance, &[]).await?;
         }
         Ok(stack)
+    }
+
+    /// [`Stack::spawn`], for a test: a stack that does not start fails the test there.
+    pub async fn up(options: StackOptions) -> Self {
+        Self::spawn(options)
+            .await
+            .unwrap_or_else(|e| panic!("the stack starts: {e:#}"))
     }
 
     /// Start one more instance of `service` named `instance`, with extra environment.
@@ -250,6 +277,14 @@ impl Stack {
         self.processes.retain(|p| p.name != instance);
         self.processes.push(process);
         Ok(())
+    }
+
+    /// [`Stack::start`] with no extra environment, for a test: an instance that does not start
+    /// fails the test there.
+    pub async fn add(&mut self, service: Service, instance: &str) {
+        self.start(service, instance, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{instance} starts: {e:#}"));
     }
 
     /// The process of a running instance.

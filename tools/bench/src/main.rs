@@ -10,9 +10,11 @@
 //! `maestro-bench iterations [--jobs N] [--turns T] [--upstream URL] [--background BYTES]`: the
 //! worker's own overhead per LLM iteration and the prompt-cache reuse after movement
 //! transitions (`iterations.rs`), `maestro-bench subtasks [--tasks N] [--fanout K]` what
-//! delegating to K subtasks costs end to end and at the join (`subtasks.rs`).
+//! delegating to K subtasks costs end to end and at the join (`subtasks.rs`), `maestro-bench
+//! latency [--database URL] [--nats URL]` the round trips under every hop (`latency.rs`).
 
 mod iterations;
+mod latency;
 mod sse;
 mod subtasks;
 mod tools;
@@ -74,6 +76,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("subtasks") {
         return subtasks::run(subtasks::parse(std::env::args().skip(2))?).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("latency") {
+        return latency::run(latency::parse(std::env::args().skip(2))?).await;
     }
     if std::env::args().nth(1).as_deref() == Some("iterations") {
         return iterations::run(iterations::parse(std::env::args().skip(2))?).await;

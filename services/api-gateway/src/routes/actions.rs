@@ -15,10 +15,10 @@ use maestro_pauses::{Decided, Request};
 use serde::Deserialize;
 
 use super::{owned_task, parse_id};
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
+use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,10 +8,10 @@ use maestro_api::{CommentList, NewComment, RoutedComment, Task};
 use maestro_messaging::AfterCommit;
 
 use super::owned_task;
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
+use crate::state::AppState;
 
 /// `POST /api/local/tasks/{id}/comments`
 pub async fn create(

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 /// The process is up.
 pub async fn healthz() -> Json<Value> {

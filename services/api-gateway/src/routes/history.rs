@@ -7,9 +7,9 @@ use maestro_api::{EventPage, SubtaskList, Transcript};
 use serde::Deserialize;
 
 use super::{owned_task, parse_id};
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -11,8 +11,8 @@ pub mod webhooks;
 
 use maestro_domain::{Owner, TaskId};
 
-use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// Unknown routes answer in the API's error shape too.
 pub async fn not_found() -> ApiError {

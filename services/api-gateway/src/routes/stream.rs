@@ -24,9 +24,9 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::parse_id;
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// Events read from Postgres per query while catching up.
 const PAGE: i64 = 500;

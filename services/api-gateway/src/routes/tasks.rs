@@ -14,10 +14,10 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::parse_id;
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
+use crate::state::AppState;
 use crate::validate;
 
 /// A validated [`CreateTask`].

@@ -12,10 +12,10 @@ use maestro_domain::notification::NotificationType;
 use maestro_domain::webhook::WebhookSecret;
 
 use super::parse_id;
-use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
+use crate::state::AppState;
 use crate::views;
 
 fn validate_url(url: &str) -> Result<(), ApiError> {

@@ -95,19 +95,9 @@ impl Sandbox {
         if let Some((uid, gid)) = self.run_as {
             std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
         }
-        let invocation = Invocation {
-            workspace: dir.to_path_buf(),
-            argv: vec![
-                "sh".to_owned(),
-                "-c".to_owned(),
-                "touch probe && rm probe".to_owned(),
-            ],
-            env: Vec::new(),
-            network: false,
-            timeout: std::time::Duration::from_secs(10),
-            stdin: None,
-            read_only: Vec::new(),
-        };
+        let argv = ["sh", "-c", "touch probe && rm probe"].map(str::to_owned);
+        let timeout = std::time::Duration::from_secs(10);
+        let invocation = Invocation::new(dir, argv.to_vec(), timeout);
         let output = self
             .run(&invocation, &tokio_util::sync::CancellationToken::new())
             .await

@@ -50,6 +50,22 @@ pub struct Invocation {
     pub read_only: Vec<PathBuf>,
 }
 
+impl Invocation {
+    /// `argv` in `workspace`, stopped after `timeout`: no extra environment, no network, no
+    /// stdin, nothing else visible.
+    pub fn new(workspace: impl Into<PathBuf>, argv: Vec<String>, timeout: Duration) -> Self {
+        Self {
+            workspace: workspace.into(),
+            argv,
+            env: Vec::new(),
+            network: false,
+            timeout,
+            stdin: None,
+            read_only: Vec::new(),
+        }
+    }
+}
+
 /// How the program ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {

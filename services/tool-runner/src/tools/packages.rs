@@ -75,8 +75,6 @@ pub async fn install(
     maestro_domain::tools::check_package(&package.manager, &package.name, version)?;
     let argv = installer(&package, version, call.workspace.root())?;
     let invocation = Invocation {
-        workspace: call.workspace.root().to_path_buf(),
-        argv,
         env: vec![
             // Outside the workspace (the sandbox's private /tmp): no planted dotfiles count.
             ("HOME".to_owned(), "/tmp".to_owned()),
@@ -89,9 +87,7 @@ pub async fn install(
             ),
         ],
         network: true,
-        timeout: call.timeout,
-        stdin: None,
-        read_only: Vec::new(),
+        ..Invocation::new(call.workspace.root(), argv, call.timeout)
     };
     let output = sandbox
         .run(&invocation, cancel)

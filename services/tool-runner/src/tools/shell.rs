@@ -30,14 +30,11 @@ pub async fn run(
         .timeout_s
         .map(Duration::from_secs)
         .map_or(call.timeout, |t| t.min(call.timeout));
+    let argv = vec!["sh".to_owned(), "-c".to_owned(), args.command];
     let invocation = Invocation {
-        workspace: call.workspace.root().to_path_buf(),
-        argv: vec!["sh".to_owned(), "-c".to_owned(), args.command],
         env: vec![("MAESTRO_OPERATION_ID".to_owned(), call.operation_id.clone())],
         network: call.network,
-        timeout,
-        stdin: None,
-        read_only: Vec::new(),
+        ..Invocation::new(call.workspace.root(), argv, timeout)
     };
     let output = sandbox
         .run(&invocation, cancel)

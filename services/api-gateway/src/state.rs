@@ -1,0 +1,36 @@
+//! What every handler can reach: the database, the bus, the settings, and the shutdown
+//! signal long-lived responses end on.
+
+use std::sync::Arc;
+
+use maestro_db::PgPool;
+use maestro_messaging::Bus;
+use maestro_runtime::Infra;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+
+/// What every handler can reach.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    /// NATS, JetStream and the subjects; what follows a commit goes through
+    /// [`Bus::after_commit`].
+    pub bus: Bus,
+    pub settings: Arc<Settings>,
+    /// Cancelled at shutdown; long-lived responses (SSE) end on it.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// Connect to Postgres and NATS (migrating and creating streams when asked).
+    pub async fn connect(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
+        let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-api-gateway").await?;
+        Ok(Self {
+            pool,
+            bus,
+            settings: Arc::new(settings),
+            shutdown,
+        })
+    }
+}
