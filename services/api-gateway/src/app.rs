@@ -45,6 +45,10 @@ pub fn router(state: AppState) -> Router {
             post(routes::comments::create).get(routes::comments::list),
         )
         .route(
+            "/api/local/tasks/{id}/continue",
+            post(routes::continues::create),
+        )
+        .route(
             "/api/local/tasks/{id}/cancel",
             post(routes::comments::cancel),
         )

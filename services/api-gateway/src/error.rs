@@ -127,6 +127,26 @@ impl ApiError {
         )
     }
 
+    /// A Continue while the task's latest job is not over (SPEC §3.3): it is commented on,
+    /// answered or decided instead.
+    pub fn not_over(status: JobStatus, waiting: Option<WaitReason>) -> Self {
+        let what = match waiting {
+            Some(reason) => format!("{status} ({reason})"),
+            None => status.to_string(),
+        };
+        let instead = match (status, waiting) {
+            (JobStatus::WaitingHuman, Some(WaitReason::Ask)) => {
+                "answer its question with a comment instead"
+            }
+            (JobStatus::WaitingHuman, _) => "decide what it waits for instead",
+            _ => "comment on the task instead (the comment reaches the job)",
+        };
+        ApiError::conflict(
+            "job_not_over",
+            format!("the task's latest job is {what}; only a finished task continues: {instead}"),
+        )
+    }
+
     /// The call's arguments are not the ones the reviewer saw.
     pub fn arguments_changed() -> Self {
         ApiError::conflict(

@@ -1,14 +1,16 @@
 //! Where a comment goes (SPEC §3.2). The domain chooses by the state of the task's latest job
 //! (`maestro_domain::action::route_comment`); this carries the choice out: an interjection
-//! into the job, the answer to its question (a follow-up job resumes where it asked), a new
+//! into the running job, an addition to the instruction of a job that is queued or waits to
+//! retry, the answer to its question (a follow-up job resumes where it asked), a new
 //! follow-up job, or a refusal while the job waits for a decision. Every write is guarded on
-//! the job row, so a comment racing the job's end is routed again by the state that won.
+//! the job row, so a comment racing a claim or the job's end is routed again by the state
+//! that won (an addition that loses to the claim becomes an interjection of the running job).
 
 use maestro_api::{RoutedComment, RoutedTo};
 use maestro_db::comments;
 use maestro_domain::action::{CommentRoute, route_comment};
 use maestro_domain::job::DEFAULT_PROFILE;
-use maestro_domain::{Comment, JobId, Owner, TaskId};
+use maestro_domain::{Comment, CommentKind, JobId, Owner, TaskId};
 use maestro_messaging::AfterCommit;
 use maestro_messaging::payloads::JobDispatch;
 
@@ -33,10 +35,15 @@ pub async fn comment(
                 return Err(ApiError::decide_first(waiting));
             }
             (CommentRoute::Interjection, Some((job_id, ..))) => {
-                interject(state, task_id, job_id, author, text).await?
+                let to = (job_id, CommentKind::Interjection);
+                add_to_job(state, task_id, to, author, text).await?
+            }
+            (CommentRoute::Addition, Some((job_id, ..))) => {
+                let to = (job_id, CommentKind::Addition);
+                add_to_job(state, task_id, to, author, text).await?
             }
             (CommentRoute::Answer, _) => answer(state, task_id, author, text).await?,
-            (CommentRoute::FollowUp | CommentRoute::Interjection, _) => {
+            (CommentRoute::FollowUp | CommentRoute::Interjection | CommentRoute::Addition, _) => {
                 follow_up(state, task_id, author, text).await?
             }
         };
@@ -55,17 +62,21 @@ pub async fn comment(
 /// longer in the state the route was chosen for (nothing written).
 type Routed = Option<(Comment, RoutedTo, AfterCommit)>;
 
-async fn interject(
+async fn add_to_job(
     state: &AppState,
     task_id: TaskId,
-    job_id: JobId,
+    (job_id, kind): (JobId, CommentKind),
     author: &Owner,
     text: &str,
 ) -> Result<Routed, ApiError> {
-    let comment = comments::interject(&state.pool, task_id, job_id, author, text).await?;
+    let comment = comments::add_to_job(&state.pool, task_id, job_id, author, kind, text).await?;
+    let routed_to = match kind {
+        CommentKind::Addition => RoutedTo::Instruction,
+        _ => RoutedTo::Interjection,
+    };
     Ok(comment.map(|c| {
         let after = AfterCommit::none().interjection(job_id);
-        (c, RoutedTo::Interjection, after)
+        (c, routed_to, after)
     }))
 }
 

@@ -3,6 +3,7 @@
 
 use axum::http::HeaderMap;
 use maestro_domain::piece;
+use sha2::{Digest, Sha256};
 
 use crate::config::Settings;
 use crate::error::ApiError;
@@ -108,4 +109,20 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> 
         ));
     }
     Ok(Some(key.to_owned()))
+}
+
+/// The hash of a request's validated parts, stored with an `Idempotency-Key` to tell a repeat
+/// from a different request under the same key (lengths included, so parts cannot run into
+/// each other).
+pub fn request_hash(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

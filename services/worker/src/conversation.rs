@@ -1,6 +1,7 @@
 //! The prompt layout of SPEC §4. A job's conversation opens with exactly one system message
 //! (a static preamble, the tool overview, the workspace's AGENTS.md, the piece and its start
-//! movement's guidance) and one user message (dynamic context and the task instruction).
+//! movement's guidance) and one user message (dynamic context and the task instruction); a
+//! Continue replays the task's earlier turns between the two (SPEC §5).
 //! Everything later — the guidance of the next movement, interjections, warnings — is
 //! appended as a `user` message, never inserted earlier, so each request extends the previous
 //! one byte for byte and the LLM's prompt cache keeps serving the prefix.
@@ -33,12 +34,34 @@ pub struct Opening<'a> {
     pub question: Option<&'a str>,
     /// What the prompt shows of the workspace: `AGENTS.md`, memory and skills indexes, lessons.
     pub workspace: &'a WorkspaceContext,
+    /// On a Continue: its instruction, instead of the task's.
+    pub handoff: Option<Handoff<'a>>,
+    /// Comments that joined the instruction while the job was queued.
+    pub additions: &'a [String],
+}
+
+/// The instruction a Continue carries on with.
+#[derive(Debug, Clone, Copy)]
+pub struct Handoff<'a> {
+    pub instruction: &'a str,
+    /// When nothing of the task's transcript replays: how the job it continues ended
+    /// (`succeeded`, `failed` or `cancelled`) and its result or error, so the model still
+    /// knows what came before.
+    pub earlier: Option<(&'a str, Option<&'a str>)>,
 }
 
 /// The first two messages of a new job that starts in `start`. Both are the same bytes on
 /// every attempt of the job (the time shown is the job's creation time), so a retried first
 /// turn sends the same prompt and reuses the LLM's cache.
-pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> Vec<Message> {
+pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> [Message; 2] {
+    [
+        Message::system(system_text(piece, start, &opening)),
+        Message::user(user_text(&opening)),
+    ]
+}
+
+/// The system message: static for a piece and workspace (no time, task or job).
+fn system_text(piece: &Piece, start: &Movement, opening: &Opening<'_>) -> String {
     let overview: String = opening
         .tools
         .iter()
@@ -72,19 +95,44 @@ pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> Vec<Messag
     }
     system.push('\n');
     system.push_str(&movement_guidance(piece, start));
+    system
+}
+
+/// The user message: the dynamic context and the instruction (the task's, or a Continue's),
+/// with what joined it.
+fn user_text(opening: &Opening<'_>) -> String {
     let claim = opening.claim;
+    let instruction = opening
+        .handoff
+        .map_or(claim.instruction.as_str(), |h| h.instruction);
     let mut user = format!(
-        "<context>\ntime: {}\ntask: {}\njob: {}\n</context>\n\n<instruction>\n{}\n</instruction>",
+        "<context>\ntime: {}\ntask: {}\njob: {}\n</context>\n\n<instruction>\n{instruction}\n</instruction>",
         claim.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
         claim.task_id,
         claim.job_no,
-        claim.instruction
     );
-    if let Some(lessons) = workspace.lessons.as_deref() {
+    if let Some((status, outcome)) = opening.handoff.and_then(|h| h.earlier) {
+        user.push_str(&format!(
+            "\n\n<handoff>\nThis continues earlier work on the task, whose conversation is not \
+             shown. The task's instruction was:\n{}\n\nThe latest job {status}",
+            claim.instruction
+        ));
+        match outcome {
+            Some(outcome) => user.push_str(&format!(":\n{outcome}\n</handoff>")),
+            None => user.push_str(".\n</handoff>"),
+        }
+    }
+    if let Some(lessons) = opening.workspace.lessons.as_deref() {
         user.push_str(&format!(
             "\n\n<lessons>\nWhat earlier work in this workspace learned:\n{lessons}\n</lessons>"
         ));
     }
+    push_comments(&mut user, opening);
+    user
+}
+
+/// The comments that started the job (a follow-up, an answer) and the additions.
+fn push_comments(user: &mut String, opening: &Opening<'_>) {
     if let Some(question) = opening.question {
         user.push_str(&format!(
             "\n\n<answer>\nAn earlier job of this task asked the user:\n{question}\n\nThe user \
@@ -104,7 +152,13 @@ pub fn seed(piece: &Piece, start: &Movement, opening: Opening<'_>) -> Vec<Messag
         }
         user.push_str("</follow-up>");
     }
-    vec![Message::system(system), Message::user(user)]
+    if !opening.additions.is_empty() {
+        user.push_str("\n\n<addition>\nThe user added, before this job started:\n");
+        for addition in opening.additions {
+            user.push_str(&format!("\n{addition}\n"));
+        }
+        user.push_str("</addition>");
+    }
 }
 
 /// The `user` message that opens a later movement: its guidance, with the feedback the
@@ -204,6 +258,7 @@ mod tests {
             workspace_id: TaskId::new(),
             task_max_attempts: 3,
             pending_interjections: 0,
+            continued_from: None,
         }
     }
 
@@ -221,6 +276,8 @@ mod tests {
             follow_ups: &[],
             question: None,
             workspace: &empty,
+            handoff: None,
+            additions: &[],
         };
         let a = seed(coding, plan, opening(&first));
         let b = seed(coding, plan, opening(&second));
@@ -269,6 +326,8 @@ mod tests {
                 }],
                 lessons: Some("Run the tests first.".to_owned()),
             },
+            handoff: None,
+            additions: &[],
         };
         let messages = seed(chat, chat.movement(&chat.start).expect("start"), opening);
         assert!(
@@ -305,6 +364,8 @@ mod tests {
             follow_ups: &answers,
             question: Some("Which colour?"),
             workspace: &WorkspaceContext::default(),
+            handoff: None,
+            additions: &[],
         };
         let messages = seed(chat, chat.movement(&chat.start).expect("start"), opening);
         let user = messages[1].content.as_deref().expect("user");
@@ -316,5 +377,59 @@ mod tests {
             "{user}"
         );
         assert!(!user.contains("<follow-up>"));
+    }
+
+    #[test]
+    fn a_continue_opens_with_its_own_instruction_and_a_handoff_only_when_nothing_replays() {
+        let catalog = Catalog::builtin();
+        let chat = catalog.get("chat").expect("chat");
+        let claim = claim(2);
+        let start = chat.movement(&chat.start).expect("start");
+        let (workspace, additions) = (
+            WorkspaceContext::default(),
+            ["Use metric units.".to_owned()],
+        );
+        let opening = |handoff| Opening {
+            tools: &[],
+            claim: &claim,
+            follow_ups: &[],
+            question: None,
+            workspace: &workspace,
+            handoff: Some(handoff),
+            additions: &additions,
+        };
+        let replayed = Handoff {
+            instruction: "Now add a chart.",
+            earlier: None,
+        };
+        let [system, user] = seed(chat, start, opening(replayed));
+        let [first_system, _] = seed(
+            chat,
+            start,
+            Opening {
+                handoff: None,
+                additions: &[],
+                ..opening(replayed)
+            },
+        );
+        assert_eq!(system, first_system, "a Continue keeps the system message");
+        let user = user.content.expect("text");
+        assert!(user.contains("<instruction>\nNow add a chart.\n</instruction>"));
+        assert!(!user.contains("Fix the bug"), "not the task's instruction");
+        assert!(!user.contains("<handoff>"), "the turns replay: no handoff");
+        assert!(user.ends_with(
+            "<addition>\nThe user added, before this job started:\n\nUse metric units.\n</addition>"
+        ));
+
+        let nothing = Handoff {
+            instruction: "Try again.",
+            earlier: Some(("failed", Some("the LLM was unreachable"))),
+        };
+        let [_, user] = seed(chat, start, opening(nothing));
+        let user = user.content.expect("text");
+        assert!(
+            user.contains("The task's instruction was:\nFix the bug\n\nThe latest job failed:\nthe LLM was unreachable\n</handoff>"),
+            "{user}"
+        );
     }
 }

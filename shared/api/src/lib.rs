@@ -13,7 +13,7 @@ pub use action::{
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use task::{
-    CommentList, CreateTask, EventPage, Links, NewComment, RoutedComment, RoutedTo, SubtaskList,
-    Task, TaskPage, Transcript,
+    CommentList, ContinueTask, CreateTask, EventPage, Links, NewComment, RoutedComment, RoutedTo,
+    SubtaskList, Task, TaskPage, Transcript,
 };
 pub use webhook::{CreateWebhook, Webhook, WebhookList};

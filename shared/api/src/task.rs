@@ -34,6 +34,34 @@ impl CreateTask {
     }
 }
 
+/// The body of `POST /api/local/tasks/{id}/continue` (SPEC §3.3): carry a finished task on
+/// with a new instruction, its transcript replayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContinueTask {
+    pub instruction: String,
+    /// The piece to run; the one the latest job ran when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piece: Option<String>,
+    /// The model to use; the latest job's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl ContinueTask {
+    pub fn new(instruction: impl Into<String>) -> Self {
+        Self {
+            instruction: instruction.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn piece(mut self, piece: &str) -> Self {
+        self.piece = Some(piece.to_owned());
+        self
+    }
+}
+
 /// A task and its latest job, with links to what belongs to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
@@ -51,6 +79,9 @@ impl Task {
                 events: format!("/api/local/tasks/{id}/events"),
                 stream: format!("/api/local/tasks/{id}/stream"),
                 subtasks: format!("/api/local/tasks/{id}/subtasks"),
+                transcript: format!("/api/local/tasks/{id}/transcript"),
+                comments: format!("/api/local/tasks/{id}/comments"),
+                continue_task: format!("/api/local/tasks/{id}/continue"),
             },
         }
     }
@@ -65,12 +96,17 @@ impl Task {
     }
 }
 
-/// Where a task's events, stream and subtasks are.
+/// Where a task's events, stream, subtasks, transcript and comments are, and where to
+/// continue it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Links {
     pub events: String,
     pub stream: String,
     pub subtasks: String,
+    pub transcript: String,
+    pub comments: String,
+    #[serde(rename = "continue")]
+    pub continue_task: String,
 }
 
 /// `GET /api/local/tasks`: a page of tasks, newest first.
@@ -116,6 +152,8 @@ pub struct NewComment {
 pub enum RoutedTo {
     /// Into the running job's conversation.
     Interjection,
+    /// Into the instruction of the job that is queued or waits to retry.
+    Instruction,
     /// The answer to the job's question; a follow-up job resumes there.
     Answer,
     /// A new job that carries it.

@@ -25,7 +25,9 @@ pub struct Claimed {
     /// Task-wide seq of the `running` event this claim wrote.
     pub claim_seq: i64,
     pub owner: String,
+    /// The task's instruction (a follow-up's or a Continue's own comes from its comments).
     pub instruction: String,
+    /// The piece this job runs: its own when a Continue chose one, else the task's.
     pub piece: String,
     /// Where the piece starts, when the task says.
     pub start_movement: Option<String>,
@@ -47,8 +49,10 @@ pub struct Claimed {
     pub workspace_id: TaskId,
     /// The task's attempt limit per job as created (`max_attempts` grows with resumes).
     pub task_max_attempts: i32,
-    /// Interjections waiting for this job when it was claimed.
+    /// Interjections and additions waiting for this job when it was claimed.
     pub pending_interjections: i32,
+    /// Set on a job a Continue started: the job it carries on from.
+    pub continued_from: Option<JobId>,
 }
 
 /// The claim's row, before it is read into [`Claimed`].
@@ -75,6 +79,7 @@ struct Row {
     workspace_id: uuid::Uuid,
     task_max_attempts: i32,
     grants: Vec<String>,
+    continued_from_job_id: Option<uuid::Uuid>,
 }
 
 impl From<Row> for Claimed {
@@ -102,6 +107,7 @@ impl From<Row> for Claimed {
             workspace_id: TaskId(r.workspace_id),
             task_max_attempts: r.task_max_attempts,
             pending_interjections: r.pending_interjections,
+            continued_from: r.continued_from_job_id.map(JobId),
         }
     }
 }
@@ -130,7 +136,8 @@ pub async fn claim(
                     OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
                     OR (status = 'running' AND lease_expires_at < now()))
          RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at,
-                   resume_movement, resume_question, ask_count, pending_interjections
+                   resume_movement, resume_question, ask_count, pending_interjections,
+                   piece, model, continued_from_job_id
         ), t AS (
             UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
               FROM j WHERE tasks.id = j.task_id
@@ -146,7 +153,9 @@ pub async fn claim(
         )
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
                j.resume_movement AS "resume_movement?", j.resume_question AS "resume_question?", j.ask_count, j.pending_interjections,
-               t.last_seq AS claim_seq, t.owner, t.instruction, t.piece, t.model AS "model?",
+               t.last_seq AS claim_seq, t.owner, t.instruction,
+               COALESCE(j.piece, t.piece) AS "piece!", COALESCE(j.model, t.model) AS "model?",
+               j.continued_from_job_id AS "continued_from_job_id?",
                t.start_movement AS "start_movement?",
                t.parent_task_id AS "parent_task_id?", t.depth, t.workspace_id AS "workspace_id!",
                COALESCE(t.task_max_attempts, j.max_attempts) AS "task_max_attempts!",

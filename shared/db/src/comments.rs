@@ -1,5 +1,6 @@
-//! Comments on a task: its instruction, interjections into a running job, follow-ups that
-//! start a new job.
+//! Comments on a task: its instruction, interjections into a running job, additions to a
+//! queued job's instruction, follow-ups that start a new job, and the handoffs of Continues
+//! (`continues.rs`).
 
 use maestro_domain::{Comment, CommentKind, JobId, Owner, TaskId};
 use sqlx::{PgConnection, PgPool};
@@ -7,32 +8,40 @@ use uuid::Uuid;
 
 use crate::DbError;
 
-/// Add an interjection for `job_id`, if the job can still take one (queued, running, waiting
-/// to retry or for subtasks); `None` otherwise. Counting it on the job row makes the job
-/// unable to succeed until it is delivered.
-pub async fn interject(
+/// Add a comment job `job_id` takes into its conversation, while the job is still in a state
+/// for it: an interjection while it runs or waits for its subtasks, an addition (to its
+/// instruction) while it is queued or waits to retry; `None` otherwise (nothing written).
+/// Counting it on the job row makes the job unable to succeed until it is delivered, and the
+/// row lock orders it against the claim: a claim after it sees it counted.
+pub async fn add_to_job(
     pool: &PgPool,
     task_id: TaskId,
     job_id: JobId,
     author: &Owner,
+    kind: CommentKind,
     body: &str,
 ) -> Result<Option<Comment>, DbError> {
+    let statuses: &[&str] = match kind {
+        CommentKind::Addition => &["queued", "retry"],
+        _ => &["running", "waiting_subtasks"],
+    };
     let row = sqlx::query!(
         r#"
         WITH j AS (
             UPDATE jobs SET pending_interjections = pending_interjections + 1, updated_at = now()
-             WHERE id = $2 AND task_id = $1
-               AND status IN ('queued', 'running', 'retry', 'waiting_subtasks')
+             WHERE id = $2 AND task_id = $1 AND status = ANY($6::text[])
          RETURNING id
         )
         INSERT INTO comments (id, task_id, author, kind, body, job_id)
-        SELECT $3, $1, $4, 'interjection', $5, j.id FROM j
+        SELECT $3, $1, $4, $5, $7, j.id FROM j
         RETURNING id, created_at
         "#,
         task_id.0,
         job_id.0,
         Uuid::now_v7(),
         author.as_str(),
+        kind.as_str(),
+        statuses as &[&str],
         body
     )
     .fetch_optional(pool)
@@ -42,37 +51,62 @@ pub async fn interject(
         task_id,
         job_id: Some(job_id),
         author: author.to_string(),
-        kind: CommentKind::Interjection,
+        kind,
         body: body.to_owned(),
         created_at: r.created_at,
         delivered_at: None,
     }))
 }
 
-/// Interjections of a job not delivered yet, oldest first: `(id, body)`.
-pub async fn pending(pool: &PgPool, job_id: JobId) -> Result<Vec<(Uuid, String)>, DbError> {
+/// A comment a job takes in: what opens it, or what it has not read yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForJob {
+    pub id: Uuid,
+    pub kind: CommentKind,
+    pub body: String,
+}
+
+/// Interjections and additions of a job not delivered yet, oldest first.
+pub async fn pending(pool: &PgPool, job_id: JobId) -> Result<Vec<ForJob>, DbError> {
     let rows = sqlx::query!(
         r#"
-        SELECT id, body FROM comments
-         WHERE job_id = $1 AND kind = 'interjection' AND delivered_at IS NULL
+        SELECT id, kind, body FROM comments
+         WHERE job_id = $1 AND kind IN ('interjection', 'addition') AND delivered_at IS NULL
          ORDER BY id
         "#,
         job_id.0
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.body)).collect())
+    rows.into_iter()
+        .map(|r| for_job(r.id, &r.kind, r.body))
+        .collect()
 }
 
-/// The follow-up comments a job was created for (kind `instruction`, after the first job).
-pub async fn follow_ups(pool: &PgPool, job_id: JobId) -> Result<Vec<String>, DbError> {
-    let bodies = sqlx::query_scalar!(
-        "SELECT body FROM comments WHERE job_id = $1 AND kind IN ('instruction', 'answer') ORDER BY id",
+/// What a new job opens with besides the task's instruction: the comments it was created
+/// for (a follow-up's `instruction`, an `answer`, a Continue's `handoff`) and the additions and
+/// interjections not delivered yet, oldest first.
+pub async fn opening(pool: &PgPool, job_id: JobId) -> Result<Vec<ForJob>, DbError> {
+    let rows = sqlx::query!(
+        r#"
+        SELECT id, kind, body FROM comments
+         WHERE job_id = $1
+           AND (kind IN ('instruction', 'answer', 'handoff') OR delivered_at IS NULL)
+         ORDER BY id
+        "#,
         job_id.0
     )
     .fetch_all(pool)
     .await?;
-    Ok(bodies)
+    rows.into_iter()
+        .map(|r| for_job(r.id, &r.kind, r.body))
+        .collect()
+}
+
+fn for_job(id: Uuid, kind: &str, body: String) -> Result<ForJob, DbError> {
+    let kind = CommentKind::parse(kind)
+        .ok_or_else(|| DbError::corrupt(format!("unknown comment kind {kind:?}")))?;
+    Ok(ForJob { id, kind, body })
 }
 
 /// A task's comments, oldest first.
@@ -105,8 +139,9 @@ pub async fn list(pool: &PgPool, task_id: TaskId) -> Result<Vec<Comment>, DbErro
 }
 
 /// Start a follow-up job for a task whose latest job is over: a new `queued` job carrying
-/// the comment, its `queued` event, in one statement. `None` when the task has an active job:
-/// the one-active-job index refuses the insert and the whole statement rolls back.
+/// the comment (running the latest job's piece and model), its `queued` event, in one
+/// statement. `None` when the task has an unfinished job: the one-unfinished-job index refuses
+/// the insert and the whole statement rolls back.
 pub async fn follow_up(
     pool: &PgPool,
     task_id: TaskId,
@@ -123,11 +158,14 @@ pub async fn follow_up(
              WHERE id = $1
          RETURNING id, job_count, last_seq
         ), j AS (
-            INSERT INTO jobs (id, task_id, job_no, status, max_attempts, last_job_seq, ask_count)
+            INSERT INTO jobs (id, task_id, job_no, status, max_attempts, last_job_seq, ask_count,
+                              piece, model)
             SELECT $2, t.id, t.job_count, 'queued', $6, 1,
                    -- The task's questions so far count against its ask limit.
-                   (SELECT COALESCE(max(ask_count), 0) FROM jobs WHERE task_id = $1)
-              FROM t
+                   (SELECT COALESCE(max(ask_count), 0) FROM jobs WHERE task_id = $1),
+                   latest.piece, latest.model
+              FROM t LEFT JOIN LATERAL (SELECT piece, model FROM jobs WHERE task_id = $1
+                                         ORDER BY job_no DESC LIMIT 1) latest ON true
             RETURNING id, task_id
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
@@ -165,14 +203,14 @@ pub async fn follow_up(
     }))
 }
 
-/// Hand the interjections a job never read to another job (a follow-up that delivers them),
-/// in the caller's transaction.
+/// Hand the interjections and additions a job never read to another job (a follow-up that
+/// delivers them), in the caller's transaction.
 pub async fn move_unread(conn: &mut PgConnection, from: JobId, to: JobId) -> Result<(), DbError> {
     sqlx::query!(
         r#"
         WITH moved AS (
             UPDATE comments SET job_id = $2
-             WHERE job_id = $1 AND kind = 'interjection' AND delivered_at IS NULL
+             WHERE job_id = $1 AND kind IN ('interjection', 'addition') AND delivered_at IS NULL
          RETURNING id
         )
         UPDATE jobs SET pending_interjections = (SELECT count(*) FROM moved) WHERE id = $2

@@ -389,7 +389,8 @@ pub struct NextJob<'a> {
     pub ask_count: i32,
 }
 
-/// Add a `queued` job to the task (the next `job_no`), in the caller's transaction; its
+/// Add a `queued` job to the task (the next `job_no`, running the piece and model of the
+/// latest job), in the caller's transaction; its
 /// `queued` event is the caller's ([`crate::events::push`]). Returns its `job_no`.
 pub async fn insert_next(conn: &mut PgConnection, job: &NextJob<'_>) -> Result<i32, DbError> {
     let job_no = sqlx::query_scalar!(
@@ -399,8 +400,10 @@ pub async fn insert_next(conn: &mut PgConnection, job: &NextJob<'_>) -> Result<i
          RETURNING job_count
         )
         INSERT INTO jobs (id, task_id, job_no, status, max_attempts, resume_movement,
-                          resume_question, ask_count)
-        SELECT $1, $2, t.job_count, 'queued', $3, $4, $5, $6 FROM t
+                          resume_question, ask_count, piece, model)
+        SELECT $1, $2, t.job_count, 'queued', $3, $4, $5, $6, latest.piece, latest.model
+          FROM t LEFT JOIN LATERAL (SELECT piece, model FROM jobs WHERE task_id = $2
+                                     ORDER BY job_no DESC LIMIT 1) latest ON true
         RETURNING job_no
         "#,
         job.id.0,

@@ -8,6 +8,7 @@
 pub mod actions;
 pub mod claims;
 pub mod comments;
+pub mod continues;
 pub mod dead_letters;
 pub mod events;
 pub mod grants;

@@ -106,6 +106,9 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
             created_at: row.created_at,
             started_at: None,
             finished_at: None,
+            continued_from_job_id: None,
+            piece: None,
+            model: None,
         }),
         parent_task_id: None,
         depth: 0,
@@ -177,6 +180,9 @@ struct Row {
     job_created_at: Option<DateTime<Utc>>,
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
+    continued_from_job_id: Option<uuid::Uuid>,
+    job_piece: Option<String>,
+    job_model: Option<String>,
 }
 
 impl TryFrom<Row> for TaskRecord {
@@ -198,6 +204,9 @@ impl TryFrom<Row> for TaskRecord {
                     created_at: r.job_created_at.unwrap_or(r.created_at),
                     started_at: r.started_at,
                     finished_at: r.finished_at,
+                    continued_from_job_id: r.continued_from_job_id.map(JobId),
+                    piece: r.job_piece,
+                    model: r.job_model,
                 })
             }
             _ => None,
@@ -231,7 +240,9 @@ async fn query_records(
                j.status AS "status?", j.wait_reason AS "wait_reason?", j.attempt AS "attempt?",
                j.max_attempts AS "max_attempts?", j.next_retry_at AS "next_retry_at?",
                j.result AS "result?", j.error AS "error?", j.created_at AS "job_created_at?",
-               j.started_at AS "started_at?", j.finished_at AS "finished_at?"
+               j.started_at AS "started_at?", j.finished_at AS "finished_at?",
+               j.continued_from_job_id AS "continued_from_job_id?", j.piece AS "job_piece?",
+               j.model AS "job_model?"
           FROM tasks t
           LEFT JOIN LATERAL (SELECT * FROM jobs WHERE jobs.task_id = t.id
                               ORDER BY job_no DESC LIMIT 1) j ON true

@@ -24,10 +24,12 @@ pub enum EventKind {
     Movement,
     Rewrite,
     Decision,
+    JobContinued,
+    Replay,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::JobState,
         EventKind::Message,
         EventKind::ToolCall,
@@ -36,6 +38,8 @@ impl EventKind {
         EventKind::Movement,
         EventKind::Rewrite,
         EventKind::Decision,
+        EventKind::JobContinued,
+        EventKind::Replay,
     ];
 
     pub fn parse(s: &str) -> Option<Self> {
@@ -52,6 +56,8 @@ impl EventKind {
             EventKind::Movement => "movement",
             EventKind::Rewrite => "rewrite",
             EventKind::Decision => "decision",
+            EventKind::JobContinued => "job_continued",
+            EventKind::Replay => "replay",
         }
     }
 }
@@ -87,6 +93,8 @@ pub enum EventBody {
     Movement(MovementEvent),
     Rewrite(RewriteEvent),
     Decision(DecisionEvent),
+    JobContinued(ContinuedEvent),
+    Replay(ReplayEvent),
 }
 
 impl EventBody {
@@ -100,6 +108,8 @@ impl EventBody {
             EventBody::Movement(_) => EventKind::Movement,
             EventBody::Rewrite(_) => EventKind::Rewrite,
             EventBody::Decision(_) => EventKind::Decision,
+            EventBody::JobContinued(_) => EventKind::JobContinued,
+            EventBody::Replay(_) => EventKind::Replay,
         }
     }
 
@@ -114,6 +124,8 @@ impl EventBody {
             EventBody::Movement(p) => serde_json::to_value(p),
             EventBody::Rewrite(p) => serde_json::to_value(p),
             EventBody::Decision(p) => serde_json::to_value(p),
+            EventBody::JobContinued(p) => serde_json::to_value(p),
+            EventBody::Replay(p) => serde_json::to_value(p),
         };
         // Serializing these plain structs cannot fail: every field is JSON-representable.
         payload.unwrap_or(Value::Null)
@@ -129,6 +141,8 @@ impl EventBody {
             EventKind::Movement => EventBody::Movement(serde_json::from_value(payload)?),
             EventKind::Rewrite => EventBody::Rewrite(serde_json::from_value(payload)?),
             EventKind::Decision => EventBody::Decision(serde_json::from_value(payload)?),
+            EventKind::JobContinued => EventBody::JobContinued(serde_json::from_value(payload)?),
+            EventKind::Replay => EventBody::Replay(serde_json::from_value(payload)?),
         })
     }
 }
@@ -285,6 +299,40 @@ pub struct RewriteEvent {
     /// What was done: `dedup`, `compact`, `summarize`.
     pub steps: Vec<String>,
     pub messages: Vec<Message>,
+}
+
+/// A person continued the task (SPEC §3.3): this job carries on from `from_job_id` with a new
+/// instruction, replaying the task's transcript. The first event of the new job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinuedEvent {
+    pub from_job_id: JobId,
+    /// The handoff comment that carries the instruction.
+    pub comment_id: uuid::Uuid,
+    /// The piece the job runs, when the request chose one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piece: Option<String>,
+    /// The model the job uses, when the request chose one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// A continuing job opened with the task's earlier transcript replayed (SPEC §5) after its
+/// system message. The messages themselves are not copied: they are the replay of the task's
+/// jobs before this one, which never change once over; `digest` lets a resumed job check that
+/// recomputing them gives the same conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayEvent {
+    pub from_job_id: JobId,
+    /// Earlier jobs' threads that contributed messages.
+    pub threads: usize,
+    /// Messages replayed.
+    pub messages: usize,
+    /// Call ids renamed because they collided across threads.
+    pub renamed: usize,
+    /// Whether answered `transition` pairs of the last thread were kept (same piece).
+    pub same_piece: bool,
+    /// `maestro_domain::replay::digest` of the replayed messages.
+    pub digest: String,
 }
 
 /// The result of a tool call, as the model sees it.

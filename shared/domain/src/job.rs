@@ -181,6 +181,15 @@ pub struct JobRecord {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Set on a job a Continue started: the job it carries on from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_from_job_id: Option<JobId>,
+    /// The piece this job runs, when it is not the task's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piece: Option<String>,
+    /// The model this job uses, when it is not the task's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// What a claim sees of a job it could not take.

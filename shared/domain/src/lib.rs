@@ -12,6 +12,7 @@ pub mod message;
 pub mod notification;
 pub mod piece;
 pub mod policy;
+pub mod replay;
 pub mod stream_id;
 pub mod task;
 pub mod tools;

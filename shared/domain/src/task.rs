@@ -59,14 +59,18 @@ pub enum CommentKind {
     Answer,
     /// The instruction a Continue carries on with.
     Handoff,
+    /// Posted while the job was queued or waiting to retry: it joins the job's instruction
+    /// (folded into its opening when it opens fresh, else delivered at its next step).
+    Addition,
 }
 
 impl CommentKind {
-    pub const ALL: [CommentKind; 4] = [
+    pub const ALL: [CommentKind; 5] = [
         CommentKind::Instruction,
         CommentKind::Interjection,
         CommentKind::Answer,
         CommentKind::Handoff,
+        CommentKind::Addition,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -75,6 +79,7 @@ impl CommentKind {
             CommentKind::Interjection => "interjection",
             CommentKind::Answer => "answer",
             CommentKind::Handoff => "handoff",
+            CommentKind::Addition => "addition",
         }
     }
 
@@ -93,6 +98,6 @@ pub struct Comment {
     pub kind: CommentKind,
     pub body: String,
     pub created_at: DateTime<Utc>,
-    /// For an interjection: when it entered the job's conversation.
+    /// For an interjection or an addition: when it entered the job's conversation.
     pub delivered_at: Option<DateTime<Utc>>,
 }

@@ -2,13 +2,15 @@
 //! results append; a rewrite (by the prompt guard) replaces everything before it; movement
 //! events say where in the piece the job is. A resumed job rebuilds its conversation and its
 //! place from this, and a task's transcript is the concatenation of its jobs' conversations
-//! (one thread per job, each opening with its system message).
+//! (one thread per job, each opening with its system message). A continuing job's replay of
+//! earlier jobs (`replay` event) belongs to its conversation but not to its thread of the
+//! transcript: the transcript holds each message once, where it was first said.
 
 use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Event, EventBody};
+use crate::event::{Event, EventBody, EventKind, MovementEvent};
 use crate::ids::JobId;
 use crate::message::{Message, Role, ToolCall};
 
@@ -31,8 +33,15 @@ pub struct Rebuilt {
     pub movement_iterations: u32,
 }
 
-/// Rebuild one job's conversation from its events (in `job_seq` order).
+/// Rebuild one job's conversation from its events (in `job_seq` order), without what a
+/// `replay` event stands for (a task's transcript shows it where it was first said).
 pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
+    rebuild_with(events, &[])
+}
+
+/// Rebuild one job's conversation from its events (in `job_seq` order), with `replayed` (the
+/// replay its `replay` event stands for, recomputed) where that event is.
+pub fn rebuild_with(events: &[Event], replayed: &[Message]) -> Result<Rebuilt, serde_json::Error> {
     let mut rebuilt = Rebuilt {
         next_generated_id: 1,
         ..Default::default()
@@ -44,17 +53,16 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
                 if m.message.role == Role::Assistant {
                     rebuilt.iterations += 1;
                     rebuilt.movement_iterations += 1;
-                    for call in &m.message.tool_calls {
-                        if let Some(n) = call
-                            .id
-                            .strip_prefix("gen_call_")
-                            .and_then(|n| n.parse::<u32>().ok())
-                        {
-                            rebuilt.next_generated_id = rebuilt.next_generated_id.max(n + 1);
-                        }
-                    }
+                    rebuilt.next_generated_id = rebuilt
+                        .next_generated_id
+                        .max(next_generated_id(std::slice::from_ref(&m.message)));
                 }
                 rebuilt.messages.push(m.message);
+            }
+            EventBody::Replay(_) => {
+                rebuilt.next_generated_id =
+                    rebuilt.next_generated_id.max(next_generated_id(replayed));
+                rebuilt.messages.extend(replayed.iter().cloned());
             }
             EventBody::ToolResult(r) => {
                 answered.insert(r.call_id.clone());
@@ -70,7 +78,8 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
             EventBody::ToolCall(_)
             | EventBody::JobState(_)
             | EventBody::Redispatch(_)
-            | EventBody::Decision(_) => {}
+            | EventBody::Decision(_)
+            | EventBody::JobContinued(_) => {}
         }
     }
     if let Some(last) = rebuilt
@@ -87,6 +96,33 @@ pub fn rebuild(events: &[Event]) -> Result<Rebuilt, serde_json::Error> {
             .collect();
     }
     Ok(rebuilt)
+}
+
+/// The first `gen_call_<n>` number no call of `messages` uses (1 when none does): a job's own
+/// calls without an id are numbered after the ones it replays, so ids never collide.
+pub fn next_generated_id(messages: &[Message]) -> u32 {
+    messages
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .filter_map(|call| call.id.strip_prefix("gen_call_")?.parse::<u32>().ok())
+        .map(|n| n + 1)
+        .max()
+        .unwrap_or(1)
+}
+
+/// The piece each job ran, from its first movement event (a routed task's job records the
+/// router's choice there).
+pub fn job_pieces(events: &[Event]) -> Result<BTreeMap<JobId, String>, serde_json::Error> {
+    let mut pieces = BTreeMap::new();
+    for event in events.iter().filter(|e| e.kind == EventKind::Movement) {
+        if let EventBody::Movement(MovementEvent {
+            piece: Some(piece), ..
+        }) = event.body()?
+        {
+            pieces.entry(event.job_id).or_insert(piece);
+        }
+    }
+    Ok(pieces)
 }
 
 /// One line of a task's transcript.

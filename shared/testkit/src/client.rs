@@ -274,6 +274,17 @@ impl Client {
         self.call(Method::POST, &path, Some(&body)).await
     }
 
+    /// Continue a finished task (`{"instruction": ..., "piece"?, "model"?}` or a
+    /// `ContinueTask`), or the refusal.
+    pub async fn continue_task(
+        &self,
+        id: impl Display,
+        body: &impl Serialize,
+    ) -> Result<Task, Refused> {
+        let path = format!("/api/local/tasks/{id}/continue");
+        self.call(Method::POST, &path, Some(body)).await
+    }
+
     /// A task's comments, oldest first.
     pub async fn comments(&self, id: impl Display) -> Vec<Comment> {
         let list: CommentList = self.get(&format!("/api/local/tasks/{id}/comments")).await;

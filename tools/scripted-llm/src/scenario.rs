@@ -1,9 +1,12 @@
 //! Scenario files: which conversation gets which answers.
 //!
 //! A request is matched to the first scenario whose `match` text occurs in its first user
-//! message (a scenario without `match` matches everything). Its turn is the number of
-//! assistant messages already in the request, so the same request always gets the same
-//! answer — a job resumed after a crash sees exactly what it would have seen.
+//! message (a scenario without `match` matches everything) and, for a scenario with `after`,
+//! that has a user message containing that text (a Continue's instruction): such a scenario
+//! answers what follows the last such message, its turns counted from there. The turn is the
+//! number of assistant messages already in the request (see [`turn_of`]), so the same request
+//! always gets the same answer — a job resumed after a crash sees exactly what it would have
+//! seen.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -23,6 +26,10 @@ pub struct Scenario {
     /// Text that must occur in the request's first user message.
     #[serde(default, rename = "match")]
     pub matches: Option<String>,
+    /// Answer only the part of a conversation after the last user message holding this text
+    /// (a Continue's instruction); turns count from there.
+    #[serde(default)]
+    pub after: Option<String>,
     pub turns: Vec<Turn>,
     /// Answer requests past the last turn with the last turn (else they get a 400).
     #[serde(default)]
@@ -114,11 +121,24 @@ fn one() -> u32 {
 }
 
 impl Scenarios {
-    /// The scenario for a request whose first user message is `first_user`.
-    pub fn find(&self, first_user: &str) -> Option<&Scenario> {
-        self.scenarios
-            .iter()
-            .find(|s| s.matches.as_deref().is_none_or(|m| first_user.contains(m)))
+    /// The scenario for a request whose first user message is `first_user`, and the turn the
+    /// request is at in it.
+    pub fn find(&self, first_user: &str, messages: &[Value]) -> Option<(&Scenario, usize)> {
+        self.scenarios.iter().find_map(|s| {
+            if !s.matches.as_deref().is_none_or(|m| first_user.contains(m)) {
+                return None;
+            }
+            let Some(anchor) = &s.after else {
+                return Some((s, turn_of(messages)));
+            };
+            let at = messages.iter().rposition(|m| {
+                m.get("role").and_then(Value::as_str) == Some("user")
+                    && m.get("content")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| c.contains(anchor.as_str()))
+            })?;
+            Some((s, turn_of(&messages[at + 1..])))
+        })
     }
 }
 
@@ -130,4 +150,32 @@ impl Scenario {
             None => None,
         }
     }
+}
+
+/// The turn a conversation is at: one past the turn that produced its last assistant message
+/// with scripted call ids (`call_<turn>_<n>`), plus the assistant messages after that one — so
+/// a conversation the client rewrote (a summary replacing old messages) goes on where it was;
+/// without such ids, the number of assistant messages.
+pub fn turn_of(messages: &[Value]) -> usize {
+    let assistants: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .collect();
+    let scripted_turn = |m: &Value| {
+        m.get("tool_calls")?
+            .as_array()?
+            .iter()
+            .filter_map(|c| {
+                let id = c.get("id")?.as_str()?;
+                let (turn, _) = id.strip_prefix("call_")?.split_once('_')?;
+                turn.parse::<usize>().ok()
+            })
+            .max()
+    };
+    assistants
+        .iter()
+        .rev()
+        .enumerate()
+        .find_map(|(after, m)| scripted_turn(m).map(|turn| turn + 1 + after))
+        .unwrap_or(assistants.len())
 }

@@ -145,34 +145,6 @@ struct Asked {
     prompt: Vec<u8>,
 }
 
-/// The turn a conversation is at: one past the turn that produced its last assistant message
-/// with scripted call ids (`call_<turn>_<n>`), plus the assistant messages after that one — so
-/// a conversation the client rewrote (a summary replacing old messages) goes on where it was;
-/// without such ids, the number of assistant messages.
-fn turn_of(messages: &[Value]) -> usize {
-    let assistants: Vec<&Value> = messages
-        .iter()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
-        .collect();
-    let scripted_turn = |m: &Value| {
-        m.get("tool_calls")?
-            .as_array()?
-            .iter()
-            .filter_map(|c| {
-                let id = c.get("id")?.as_str()?;
-                let (turn, _) = id.strip_prefix("call_")?.split_once('_')?;
-                turn.parse::<usize>().ok()
-            })
-            .max()
-    };
-    assistants
-        .iter()
-        .rev()
-        .enumerate()
-        .find_map(|(after, m)| scripted_turn(m).map(|turn| turn + 1 + after))
-        .unwrap_or(assistants.len())
-}
-
 fn read_request(body: &Value) -> Result<Asked, String> {
     let messages = body
         .get("messages")
@@ -187,7 +159,7 @@ fn read_request(body: &Value) -> Result<Asked, String> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let turn = turn_of(messages);
+    let turn = crate::scenario::turn_of(messages);
     let mut conversation = Sha256::new();
     for message in &messages[..=first_user_at] {
         conversation.update(message.to_string().as_bytes());
@@ -226,18 +198,20 @@ async fn chat(State(server): State<Arc<Server>>, raw: Bytes) -> Response {
         Ok(body) => body,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")),
     };
-    let asked = match read_request(&body) {
+    let mut asked = match read_request(&body) {
         Ok(asked) => asked,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     let (scenario_name, turn) = {
         let scenarios = server.scenarios.read().expect("lock");
-        let Some(scenario) = scenarios.find(&asked.first_user) else {
+        let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+        let Some((scenario, at)) = scenarios.find(&asked.first_user, messages) else {
             return error(
                 StatusCode::BAD_REQUEST,
                 "no scenario matches this conversation",
             );
         };
+        asked.turn = at;
         let Some(turn) = scenario.turn(asked.turn) else {
             let message = format!("scenario {:?} has no turn {}", scenario.name, asked.turn);
             return error(StatusCode::BAD_REQUEST, message);
@@ -245,7 +219,10 @@ async fn chat(State(server): State<Arc<Server>>, raw: Bytes) -> Response {
         (scenario.name.clone(), turn.clone())
     };
     server.record(&body, &raw, &scenario_name, asked.turn);
-    let served = server.count(&asked.conversation, asked.turn);
+    let served = server.count(
+        &format!("{}:{scenario_name}", asked.conversation),
+        asked.turn,
+    );
     if let Some(fail) = turn
         .fail
         .as_ref()

@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub mod comments;
+pub mod continues;
 pub mod health;
 pub mod history;
 pub mod stream;

@@ -11,7 +11,6 @@ use maestro_domain::{JobId, Owner, TaskId};
 use maestro_messaging::AfterCommit;
 use maestro_messaging::payloads::JobDispatch;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::parse_id;
 use crate::auth::Caller;
@@ -46,24 +45,6 @@ fn validate(state: &AppState, body: CreateTask) -> Result<Valid, ApiError> {
     })
 }
 
-fn request_hash(valid: &Valid) -> String {
-    let mut hasher = Sha256::new();
-    for part in [
-        valid.instruction.as_str(),
-        valid.piece.as_str(),
-        valid.start_movement.as_deref().unwrap_or(""),
-        valid.model.as_deref().unwrap_or(""),
-    ] {
-        hasher.update((part.len() as u64).to_le_bytes());
-        hasher.update(part.as_bytes());
-    }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// `POST /api/local/tasks`: create a task and queue its first job. With an
 /// `Idempotency-Key`, repeating the request returns the task the first one created.
 pub async fn create(
@@ -74,7 +55,12 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let key = validate::idempotency_key(&headers)?;
     let valid = validate(&state, body)?;
-    let hash = request_hash(&valid);
+    let hash = validate::request_hash(&[
+        &valid.instruction,
+        &valid.piece,
+        valid.start_movement.as_deref().unwrap_or(""),
+        valid.model.as_deref().unwrap_or(""),
+    ]);
     let (task_id, job_id) = (TaskId::new(), JobId::new());
     let new = NewTask {
         id: task_id,

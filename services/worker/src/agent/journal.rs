@@ -4,6 +4,7 @@
 //! messages appended after everything so far (never earlier), marked delivered by the commit
 //! that carries them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 use maestro_db::PgPool;
 use maestro_db::claims::Claimed;
 use maestro_db::jobs::{self, Fence, Transition};
-use maestro_domain::{EventBody, Message, MessageEvent, ToolCall, ToolResultEvent};
+use maestro_domain::event::ReplayEvent;
+use maestro_domain::{CommentKind, EventBody, Message, MessageEvent, ToolCall, ToolResultEvent};
 use maestro_messaging::payloads::DeltaFragment;
 use maestro_messaging::{AfterCommit, Bus};
 
@@ -24,6 +26,11 @@ const INTERJECTION_POLL: Duration = Duration::from_secs(2);
 /// Precedes an interjection in the conversation.
 const INTERJECTION_HEADER: &str = "[The user sent this message while you were working]";
 
+/// Precedes an addition to the instruction that reaches a job after it opened (it was queued
+/// again: resumed after a pause or waiting to retry).
+const ADDITION_HEADER: &str =
+    "[The user added this to the task's instruction while the job waited to go on]";
+
 /// One job's conversation and the events it has not committed yet.
 #[derive(Debug)]
 pub(super) struct Journal {
@@ -35,7 +42,7 @@ pub(super) struct Journal {
     /// The conversation as the model sees it.
     pub messages: Vec<Message>,
     unsaved: Vec<EventBody>,
-    /// Interjections whose user messages are among the unsaved events.
+    /// Interjections and additions whose user messages are among the unsaved events.
     delivering: Vec<uuid::Uuid>,
     /// Set when an interjection is signalled; checked at least every [`INTERJECTION_POLL`].
     signalled: Arc<AtomicBool>,
@@ -98,6 +105,18 @@ impl Journal {
         self.unsaved.push(event);
     }
 
+    /// Additions folded into the opening user message: marked delivered with it.
+    pub fn delivering(&mut self, ids: impl IntoIterator<Item = uuid::Uuid>) {
+        self.delivering.extend(ids);
+    }
+
+    /// The replay of the task's earlier turns (a Continue's): in the conversation, recorded as
+    /// the one `replay` event that stands for them.
+    pub fn replayed(&mut self, messages: Vec<Message>, event: ReplayEvent) {
+        self.messages.extend(messages);
+        self.unsaved.push(EventBody::Replay(event));
+    }
+
     /// Replace the conversation (the prompt guard rewrote it), recording the rewrite.
     pub fn rewrite(&mut self, messages: Vec<Message>, event: EventBody) {
         self.messages = messages;
@@ -118,13 +137,22 @@ impl Journal {
         self.signalled.store(true, Ordering::SeqCst);
     }
 
-    /// Give calls the model left without an id one: `gen_call_<n>`, counting per job.
+    /// Give calls the model left without an id one: `gen_call_<n>`, counting per job; and the
+    /// same to a call whose id the conversation already holds (a server that numbers ids per
+    /// request, or a replayed turn's id), so a result always answers exactly one call.
     pub fn assign_ids(&mut self, mut calls: Vec<ToolCall>) -> Vec<ToolCall> {
+        let mut used: HashSet<String> = self
+            .messages
+            .iter()
+            .flat_map(|m| &m.tool_calls)
+            .map(|c| c.id.clone())
+            .collect();
         for call in &mut calls {
-            if call.id.is_empty() {
+            if call.id.is_empty() || used.contains(&call.id) {
                 call.id = format!("gen_call_{}", self.next_generated_id);
                 self.next_generated_id += 1;
             }
+            used.insert(call.id.clone());
         }
         calls
     }
@@ -169,24 +197,29 @@ impl Journal {
         Ok(())
     }
 
-    /// Deliver the interjections waiting for this job as `user` messages, appended after
-    /// everything so far. They are marked delivered with the next commit. Looks when signalled,
-    /// and at least every [`INTERJECTION_POLL`].
+    /// Deliver the interjections (and additions) waiting for this job as `user` messages,
+    /// appended after everything so far. They are marked delivered with the next commit. Looks
+    /// when signalled, and at least every [`INTERJECTION_POLL`].
     pub async fn take_interjections(&mut self) -> Result<(), JobError> {
         let signalled = self.signalled.swap(false, Ordering::SeqCst);
         if !signalled && self.last_interjection_check.elapsed() < INTERJECTION_POLL {
             return Ok(());
         }
         self.last_interjection_check = Instant::now();
-        for (id, body) in maestro_db::comments::pending(&self.pool, self.fence.job_id).await? {
-            if self.delivering.contains(&id) {
+        for comment in maestro_db::comments::pending(&self.pool, self.fence.job_id).await? {
+            if self.delivering.contains(&comment.id) {
                 continue;
             }
-            tracing::info!(comment_id = %id, "delivering an interjection");
+            let header = match comment.kind {
+                CommentKind::Addition => ADDITION_HEADER,
+                _ => INTERJECTION_HEADER,
+            };
+            tracing::info!(comment_id = %comment.id, kind = %comment.kind.as_str(), "delivering a comment");
             self.record(MessageEvent::plain(Message::user(format!(
-                "{INTERJECTION_HEADER}\n{body}"
+                "{header}\n{}",
+                comment.body
             ))));
-            self.delivering.push(id);
+            self.delivering.push(comment.id);
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ mod cache;
 mod calls;
 mod catalog;
 mod context;
+mod continuation;
 mod drive;
 mod ending;
 mod execute;
@@ -64,14 +65,11 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
         let error = format!("unknown piece {piece_name:?}");
         return ending::settle_failed(shared, fence, error).await;
     };
-    // A first claim has nothing to resume from: skip the reads.
+    // A first claim has nothing to resume from: skip the reads (but a Continue's replay).
     let resumed = claim.attempt > 1;
-    let history = if resumed {
-        maestro_db::events::of_job(&shared.pool, claim.job_id).await?
-    } else {
-        Vec::new()
-    };
-    let rebuilt = maestro_domain::transcript::rebuild(&history)?;
+    let (history, continuation) = continuation::load(shared, claim, piece).await?;
+    let replayed = continuation.as_ref().map(|c| &c.replay.messages[..]);
+    let rebuilt = maestro_domain::transcript::rebuild_with(&history, replayed.unwrap_or(&[]))?;
     let tokens = mcp_auth::mcp_tokens(shared, claim).await?;
     let tools = catalog::tools(shared, piece, claim, &tokens).await;
     let mut approvals = Approvals::new(claim.grants.clone(), tokens);
@@ -82,7 +80,7 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
     let pending = match rebuilt.movement.as_deref().and_then(|m| piece.movement(m)) {
         Some(movement) if !rebuilt.messages.is_empty() => run.resume(movement, rebuilt),
         _ => {
-            run.open().await?;
+            run.open(continuation).await?;
             Vec::new()
         }
     };

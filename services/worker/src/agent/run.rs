@@ -14,16 +14,56 @@ use maestro_db::jobs::Fence;
 use maestro_domain::piece::{Movement, Piece};
 use maestro_domain::tools::ToolSpec;
 use maestro_domain::transcript::Rebuilt;
-use maestro_domain::{EventBody, MessageEvent, MovementEvent, ToolCall};
+use maestro_domain::{CommentKind, EventBody, MessageEvent, MovementEvent, ToolCall};
 use serde_json::value::RawValue;
 
 use super::approvals::Approvals;
 use super::cache::ReadCache;
 use super::context::{Delivery, JobError, Shared};
+use super::continuation::Continuation;
 use super::gate::CallSite;
 use super::journal::Journal;
 use super::subtasks::Delegations;
-use crate::conversation::{self, Opening};
+use crate::conversation::{self, Handoff, Opening};
+
+/// The comments a new job opens with.
+#[derive(Debug, Default)]
+struct Comments {
+    /// A follow-up's comments, or the answer to a question.
+    follow_ups: Vec<String>,
+    /// A Continue's instruction.
+    handoff: Option<String>,
+    /// Joined the instruction while the job was queued: folded into its opening.
+    additions: Vec<String>,
+    addition_ids: Vec<uuid::Uuid>,
+}
+
+impl Comments {
+    /// Read only when there can be any: a later job's, or when some were counted at the claim.
+    async fn of(shared: &Shared, claim: &Claimed) -> Result<Self, JobError> {
+        let mut comments = Comments::default();
+        if claim.job_no == 1 && claim.pending_interjections == 0 {
+            return Ok(comments);
+        }
+        for comment in maestro_db::comments::opening(&shared.pool, claim.job_id).await? {
+            match comment.kind {
+                // The first job's instruction is the task's own.
+                CommentKind::Instruction if claim.job_no == 1 => {}
+                CommentKind::Instruction | CommentKind::Answer => {
+                    comments.follow_ups.push(comment.body)
+                }
+                CommentKind::Handoff => comments.handoff = Some(comment.body),
+                CommentKind::Addition => {
+                    comments.additions.push(comment.body);
+                    comments.addition_ids.push(comment.id);
+                }
+                // Delivered at the first step, as in a running job.
+                CommentKind::Interjection => {}
+            }
+        }
+        Ok(comments)
+    }
+}
 
 /// Where the job is in its piece.
 #[derive(Debug, Clone, Default)]
@@ -149,9 +189,10 @@ impl<'a> JobRun<'a> {
     }
 
     /// Start a new job: enter its first movement (an answered question's movement, else the
-    /// task's start movement on its first job, else the piece's) and seed the conversation.
-    /// Committed with the first turn.
-    pub async fn open(&mut self) -> Result<(), JobError> {
+    /// task's start movement on its first job, else the piece's) and seed the conversation —
+    /// on a Continue, with the task's earlier turns replayed between the system message and
+    /// the instruction. Committed with the first turn.
+    pub async fn open(&mut self, continuation: Option<Continuation>) -> Result<(), JobError> {
         let claim = self.claim;
         let override_start = claim
             .resume_movement
@@ -169,23 +210,45 @@ impl<'a> JobRun<'a> {
                 .movement(&self.piece.start)
                 .expect("a validated piece has its start movement")
         });
-        let follow_ups = if claim.job_no > 1 {
-            maestro_db::comments::follow_ups(&self.shared.pool, claim.job_id).await?
-        } else {
-            Vec::new()
+        let comments = Comments::of(self.shared, claim).await?;
+        let earlier = match &continuation {
+            Some(c) if c.replay.messages.is_empty() => {
+                maestro_db::continues::outcome(&self.shared.pool, c.from).await?
+            }
+            _ => None,
         };
         let workspace = super::catalog::workspace_context(self.shared, claim).await;
         self.enter(start, None, None);
+        let handoff = continuation.as_ref().map(|_| Handoff {
+            instruction: comments.handoff.as_deref().unwrap_or(&claim.instruction),
+            earlier: earlier.as_ref().map(|(status, result, error)| {
+                (status.as_str(), result.as_deref().or(error.as_deref()))
+            }),
+        });
         let opening = Opening {
             tools: &self.tools,
             claim,
-            follow_ups: &follow_ups,
+            follow_ups: &comments.follow_ups,
             question: claim.resume_question.as_deref(),
             workspace: &workspace,
+            handoff,
+            additions: &comments.additions,
         };
-        for message in conversation::seed(self.piece, start, opening) {
-            self.journal.record(MessageEvent::plain(message));
+        let [system, user] = conversation::seed(self.piece, start, opening);
+        self.journal.record(MessageEvent::plain(system));
+        if let Some(continuation) = continuation {
+            let event = continuation.event();
+            tracing::info!(
+                from = %continuation.from,
+                threads = event.threads,
+                messages = event.messages,
+                same_piece = event.same_piece,
+                "replaying the task's transcript"
+            );
+            self.journal.replayed(continuation.replay.messages, event);
         }
+        self.journal.record(MessageEvent::plain(user));
+        self.journal.delivering(comments.addition_ids);
         Ok(())
     }
 

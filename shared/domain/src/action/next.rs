@@ -90,6 +90,8 @@ pub fn wait_reason_of(kinds: &[WaitReason]) -> WaitReason {
 pub enum CommentRoute {
     /// Into the job's conversation at its next step.
     Interjection,
+    /// The job has not run, or waits to run again: the comment joins its instruction.
+    Addition,
     /// It answers the job's question: a follow-up job resumes in the asking movement.
     Answer,
     /// A new job that carries the comment (the latest is over, or there is none).
@@ -101,10 +103,8 @@ pub enum CommentRoute {
 /// Route a comment by the latest job's status and wait reason (`None`: the task has no job).
 pub fn route_comment(latest: Option<(JobStatus, Option<WaitReason>)>) -> CommentRoute {
     match latest {
-        Some((
-            JobStatus::Queued | JobStatus::Running | JobStatus::Retry | JobStatus::WaitingSubtasks,
-            _,
-        )) => CommentRoute::Interjection,
+        Some((JobStatus::Queued | JobStatus::Retry, _)) => CommentRoute::Addition,
+        Some((JobStatus::Running | JobStatus::WaitingSubtasks, _)) => CommentRoute::Interjection,
         Some((JobStatus::WaitingHuman, Some(WaitReason::Ask))) => CommentRoute::Answer,
         Some((JobStatus::WaitingHuman, reason)) => CommentRoute::DecideFirst(reason),
         Some((JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled, _)) | None => {
@@ -186,8 +186,8 @@ mod tests {
         use JobStatus::*;
         let table = [
             (Some((Running, None)), CommentRoute::Interjection),
-            (Some((Queued, None)), CommentRoute::Interjection),
-            (Some((Retry, None)), CommentRoute::Interjection),
+            (Some((Queued, None)), CommentRoute::Addition),
+            (Some((Retry, None)), CommentRoute::Addition),
             (Some((WaitingSubtasks, None)), CommentRoute::Interjection),
             (
                 Some((WaitingHuman, Some(WaitReason::Ask))),
