@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Follow a MAESTRO task stream (SSE) and print it readably until the job settles.
 
-usage: watch.py BASE_URL TOKEN TASK_ID
+usage: watch.py BASE_URL TOKEN TASK_ID [JOB_ID]
+
+With JOB_ID, only that job's stream (a continued or followed-up task's new job).
 """
 import json
 import sys
@@ -12,8 +14,11 @@ TERMINAL = {"succeeded", "failed", "cancelled", "waiting_human"}
 
 def main() -> int:
     base, token, task = sys.argv[1:4]
+    path = f"/api/local/tasks/{task}/stream"
+    if len(sys.argv) > 4:
+        path = f"/api/local/tasks/{task}/jobs/{sys.argv[4]}/stream"
     request = urllib.request.Request(
-        f"{base}/api/local/tasks/{task}/stream",
+        f"{base}{path}",
         headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"},
     )
     event, data, in_text = None, [], False
@@ -57,6 +62,13 @@ def show(event: str, item: dict, in_text: bool):
     elif event == "tool_result":
         text = payload["content"].strip().replace("\n", " | ")
         print(f"[{seq:>3}] tool result ({'error' if payload['is_error'] else 'ok'}): {text[:100]}")
+    elif event == "movement":
+        print(f"[{seq:>3}] movement {payload['name']}" + (f" (piece {payload['piece']})" if payload.get("piece") else ""))
+    elif event == "job_continued":
+        print(f"[{seq:>3}] continues job {payload['from_job_id']}" + (f" with piece {payload['piece']}" if payload.get("piece") else ""))
+    elif event == "replay":
+        kept = "kept" if payload["same_piece"] else "dropped (another piece)"
+        print(f"[{seq:>3}] replayed {payload['messages']} messages of {payload['threads']} earlier job(s); last job's transitions {kept}")
     return False, False
 
 

@@ -53,7 +53,11 @@ fn call(name: &str, arguments: Value) -> Value {
 async fn continue_stack() -> Stack {
     let scenarios = json!({"scenarios": [
         {"name": "summary", "match": "Write the note", "after": "Summarize the note",
-         "turns": [call("complete", json!({"result": "a note with a title"}))]},
+         "turns": [
+            // Its own call's id is one the replayed turns hold: renamed past all of them.
+            call("read_file", json!({"path": "note.txt"})),
+            call("complete", json!({"result": "a note with a title"}))
+         ]},
         {"name": "title", "match": "Write the note", "after": "Add a title",
          "turns": [
             call("read_file", json!({"path": "note.txt"})),
@@ -227,9 +231,11 @@ async fn a_task_continued_twice_replays_its_transcript_by_the_thread_rules() {
 
     let requests = stack.llm.requests().await.expect("requests");
     let summary = of_scenario(&requests, "summary");
-    assert_eq!(summary.len(), 1);
+    assert_eq!(summary.len(), 2);
     let sent = messages(summary[0]);
-    assert_well_formed(sent);
+    for request in of_scenario(&requests, "title").into_iter().chain(summary.clone()) {
+        assert_well_formed(messages(request));
+    }
     assert!(content(&sent[0]).contains("## Piece: single"));
     assert_eq!(
         call_names(sent),

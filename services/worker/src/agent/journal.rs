@@ -113,6 +113,9 @@ impl Journal {
     /// The replay of the task's earlier turns (a Continue's): in the conversation, recorded as
     /// the one `replay` event that stands for them.
     pub fn replayed(&mut self, messages: Vec<Message>, event: ReplayEvent) {
+        self.next_generated_id = self
+            .next_generated_id
+            .max(maestro_domain::transcript::next_generated_id(&messages));
         self.messages.extend(messages);
         self.unsaved.push(EventBody::Replay(event));
     }
@@ -148,7 +151,7 @@ impl Journal {
             .map(|c| c.id.clone())
             .collect();
         for call in &mut calls {
-            if call.id.is_empty() || used.contains(&call.id) {
+            while call.id.is_empty() || used.contains(&call.id) {
                 call.id = format!("gen_call_{}", self.next_generated_id);
                 self.next_generated_id += 1;
             }
