@@ -233,7 +233,10 @@ async fn a_task_continued_twice_replays_its_transcript_by_the_thread_rules() {
     let summary = of_scenario(&requests, "summary");
     assert_eq!(summary.len(), 2);
     let sent = messages(summary[0]);
-    for request in of_scenario(&requests, "title").into_iter().chain(summary.clone()) {
+    for request in of_scenario(&requests, "title")
+        .into_iter()
+        .chain(summary.clone())
+    {
         assert_well_formed(messages(request));
     }
     assert!(content(&sent[0]).contains("## Piece: single"));

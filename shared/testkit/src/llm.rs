@@ -83,6 +83,13 @@ impl ScriptedLlm {
         Ok(())
     }
 
+    /// Forget the requests, failure counters and cache state.
+    pub async fn reset(&self) -> anyhow::Result<()> {
+        let url = format!("{}/_scripted/reset", self.root());
+        self.http.post(url).send().await?.error_for_status()?;
+        Ok(())
+    }
+
     fn root(&self) -> &str {
         self.base_url.trim_end_matches("/v1")
     }

@@ -227,7 +227,7 @@ fn print_cache(jobs: &[Vec<Event>]) {
 }
 
 /// About `bytes` of varied project notes (varied so that a tokenizer does not compress them).
-fn background(bytes: usize) -> String {
+pub(crate) fn background(bytes: usize) -> String {
     let mut text = String::new();
     let mut n = 0;
     while text.len() < bytes {

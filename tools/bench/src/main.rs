@@ -11,8 +11,11 @@
 //! worker's own overhead per LLM iteration and the prompt-cache reuse after movement
 //! transitions (`iterations.rs`), `maestro-bench subtasks [--tasks N] [--fanout K]` what
 //! delegating to K subtasks costs end to end and at the join (`subtasks.rs`), `maestro-bench
-//! latency [--database URL] [--nats URL]` the round trips under every hop (`latency.rs`).
+//! latency [--database URL] [--nats URL]` the round trips under every hop (`latency.rs`),
+//! `maestro-bench continue [--tasks N] [--turns T] [--upstream URL] [--background BYTES]` the
+//! prompt cache a same-piece Continue keeps (`continues.rs`).
 
+mod continues;
 mod iterations;
 mod latency;
 mod sse;
@@ -79,6 +82,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("latency") {
         return latency::run(latency::parse(std::env::args().skip(2))?).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("continue") {
+        return continues::run(continues::parse(std::env::args().skip(2))?).await;
     }
     if std::env::args().nth(1).as_deref() == Some("iterations") {
         return iterations::run(iterations::parse(std::env::args().skip(2))?).await;
