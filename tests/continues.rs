@@ -10,8 +10,9 @@
 //!   someone else (404) and for a piece or model that does not exist (422), changing nothing;
 //!   an Idempotency-Key makes a repeat harmless. Racing Continues start one job, and the
 //!   database itself refuses a second unfinished job.
-//! - A comment while the job is queued joins its instruction; one that loses the race with the
-//!   claim becomes an interjection; either way the model reads it exactly once.
+//! - A comment while the job is queued joins its instruction (while it waits to retry, its next
+//!   step); one that loses the race with the claim becomes an interjection; either way the
+//!   model reads it exactly once. A follow-up job runs the piece the latest job ran.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -52,6 +53,8 @@ fn call(name: &str, arguments: Value) -> Value {
 /// from its own instruction on (the latest Continue first: its requests hold both anchors).
 async fn continue_stack() -> Stack {
     let scenarios = json!({"scenarios": [
+        {"name": "polish", "match": "Write the note", "after": "Polish it",
+         "turns": [call("complete", json!({"result": "polished"}))]},
         {"name": "summary", "match": "Write the note", "after": "Summarize the note",
          "turns": [
             // Its own call's id is one the replayed turns hold: renamed past all of them.
@@ -302,6 +305,19 @@ async fn a_task_continued_twice_replays_its_transcript_by_the_thread_rules() {
         "the replay is not copied into later threads"
     );
     assert_eq!(said("Add a title"), 1);
+
+    // A comment's follow-up runs the piece the latest job ran, without a replay.
+    let routed = stack.comment(id, "Polish it.").await.expect("accepted");
+    assert_eq!(routed.routed_to, RoutedTo::FollowUp);
+    let fourth = stack.wait_over(id).await;
+    assert_eq!(fourth.job().status, JobStatus::Succeeded, "{fourth:?}");
+    assert_eq!(fourth.job().piece.as_deref(), Some("single"));
+    assert_eq!(fourth.job().continued_from_job_id, None);
+    let requests = stack.llm.requests().await.expect("requests");
+    let polish = of_scenario(&requests, "polish");
+    let sent = messages(polish[0]);
+    assert!(content(&sent[0]).contains("## Piece: single"));
+    assert_eq!(sent.len(), 2, "a follow-up opens fresh: system and user");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -502,6 +518,43 @@ async fn comments_on_a_queued_job_join_its_instruction() {
             assert!(comment.delivered_at.is_some(), "{comment:?}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comment_on_a_job_waiting_to_retry_reaches_its_next_step() {
+    let scenarios = json!({"scenarios": [{"name": "retry", "turns": [
+        call("list_files", json!({})),
+        {"fail": {"status": 429, "body": "slow down", "retry_after": 3, "times": 1},
+         "tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+    ]}]});
+    let stack = Stack::up(StackOptions::new(scenarios).retry_backoff(100, 200)).await;
+    let id = stack.new_task(&json!({"instruction": "List them."})).await;
+    // The first turn is committed; the second waits out the rate limit.
+    stack.wait(id, &[JobStatus::Retry]).await;
+    let routed = stack
+        .comment(id, "Include hidden files.")
+        .await
+        .expect("accepted");
+    assert_eq!(routed.routed_to, RoutedTo::Instruction);
+    let done = stack.wait_over(id).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().job_no, 1, "no new job");
+
+    let requests = stack.llm.requests().await.expect("requests");
+    let last = messages(requests.last().expect("a request"));
+    let added = last.last().expect("a message");
+    assert_eq!(added["role"], "user", "appended after the committed turn");
+    assert!(
+        content(added).starts_with("[The user added this to the task's instruction")
+            && content(added).ends_with("Include hidden files."),
+        "{added}"
+    );
+    assert_eq!(
+        last.iter()
+            .filter(|m| content(m).contains("Include hidden files."))
+            .count(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

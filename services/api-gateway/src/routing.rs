@@ -9,10 +9,8 @@
 use maestro_api::{RoutedComment, RoutedTo};
 use maestro_db::comments;
 use maestro_domain::action::{CommentRoute, route_comment};
-use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{Comment, CommentKind, JobId, Owner, TaskId};
 use maestro_messaging::AfterCommit;
-use maestro_messaging::payloads::JobDispatch;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -109,13 +107,5 @@ async fn follow_up(
     let max_attempts = state.settings.job_max_attempts;
     let comment =
         comments::follow_up(&state.pool, task_id, job_id, author, text, max_attempts).await?;
-    Ok(comment.map(|c| {
-        let dispatch = JobDispatch {
-            job_id,
-            task_id,
-            attempt: 0,
-        };
-        let after = AfterCommit::events().dispatch(DEFAULT_PROFILE, dispatch);
-        (c, RoutedTo::FollowUp, after)
-    }))
+    Ok(comment.map(|c| (c, RoutedTo::FollowUp, AfterCommit::new_job(task_id, job_id))))
 }

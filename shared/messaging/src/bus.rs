@@ -10,7 +10,8 @@
 
 use async_nats::jetstream;
 use bytes::Bytes;
-use maestro_domain::JobId;
+use maestro_domain::job::DEFAULT_PROFILE;
+use maestro_domain::{JobId, TaskId};
 
 use crate::Subjects;
 use crate::payloads::{JobControl, JobDispatch, ToolsCancel};
@@ -47,6 +48,12 @@ impl AfterCommit {
             outbox: true,
             ..Self::default()
         }
+    }
+
+    /// The commit queued a new job of task `task_id` (with its events): the relay drains and
+    /// the job is dispatched to the workers of the default profile.
+    pub fn new_job(task_id: TaskId, job_id: JobId) -> Self {
+        Self::events().dispatch(DEFAULT_PROFILE, JobDispatch::new_job(task_id, job_id))
     }
 
     /// Dispatch a job the commit queued to the workers of `profile`.

@@ -18,6 +18,15 @@ pub struct JobDispatch {
 }
 
 impl JobDispatch {
+    /// The dispatch of a job just queued (never claimed).
+    pub fn new_job(task_id: TaskId, job_id: JobId) -> Self {
+        Self {
+            job_id,
+            task_id,
+            attempt: 0,
+        }
+    }
+
     pub fn message_id(&self) -> String {
         format!("dispatch:{}:{}", self.job_id, self.attempt)
     }

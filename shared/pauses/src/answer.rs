@@ -4,13 +4,11 @@
 
 use maestro_db::jobs::NextJob;
 use maestro_db::{DbError, PgPool, actions, comments, events, jobs};
-use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{
     ActionDetail, Comment, CommentKind, Decision, DecisionEvent, EventBody, JobId, JobStateChange,
     JobStatus, Owner, TaskId, Verdict,
 };
 use maestro_messaging::AfterCommit;
-use maestro_messaging::payloads::JobDispatch;
 
 /// An answered question: the answer (a comment of the follow-up job) and what follows.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,13 +69,8 @@ pub async fn answer(
     let comment =
         comments::insert(&mut tx, task_id, new_job, by, CommentKind::Answer, text).await?;
     maestro_db::commit(tx).await?;
-    let dispatch = JobDispatch {
-        job_id: new_job,
-        task_id,
-        attempt: 0,
-    };
     Ok(Some(Answered {
         comment,
-        after: AfterCommit::events().dispatch(DEFAULT_PROFILE, dispatch),
+        after: AfterCommit::new_job(task_id, new_job),
     }))
 }

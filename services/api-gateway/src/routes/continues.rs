@@ -11,10 +11,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maestro_api::{ContinueTask, Task};
 use maestro_db::continues::{self, Continued, NewContinue};
-use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{JobId, Owner, TaskId};
 use maestro_messaging::AfterCommit;
-use maestro_messaging::payloads::JobDispatch;
 
 use super::owned_task;
 use crate::auth::Caller;
@@ -100,12 +98,7 @@ pub async fn create(
         match continues::insert(&state.pool, &new).await? {
             Continued::Created { job_no, .. } => {
                 tracing::info!(%task_id, %job_id, job_no, from = %from, "task continued");
-                let dispatch = JobDispatch {
-                    job_id,
-                    task_id,
-                    attempt: 0,
-                };
-                let after = AfterCommit::events().dispatch(DEFAULT_PROFILE, dispatch);
+                let after = AfterCommit::new_job(task_id, job_id);
                 state.bus.after_commit(after).await;
                 let task = task(&state, &owner, task_id).await?;
                 return Ok((StatusCode::ACCEPTED, Json(task)).into_response());

@@ -9,7 +9,6 @@ use maestro_db::tasks::NewTask;
 use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{JobId, Owner, TaskId};
 use maestro_messaging::AfterCommit;
-use maestro_messaging::payloads::JobDispatch;
 use serde::Deserialize;
 
 use super::parse_id;
@@ -79,13 +78,10 @@ pub async fn create(
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
     };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");
-    let dispatch = JobDispatch {
-        job_id,
-        task_id,
-        attempt: 0,
-    };
-    let after = AfterCommit::events().dispatch(DEFAULT_PROFILE, dispatch);
-    state.bus.after_commit(after).await;
+    state
+        .bus
+        .after_commit(AfterCommit::new_job(task_id, job_id))
+        .await;
     Ok((StatusCode::CREATED, Json(Task::new(task))).into_response())
 }
 

@@ -132,11 +132,7 @@ pub(super) async fn start(
         let spawned = spawn(shared, &parent, &delegation).await?;
         // Dispatched every time (the dispatch id de-duplicates it): a parent that crashed
         // between starting the child and dispatching it heals here; the re-dispatcher also would.
-        let dispatch = JobDispatch {
-            job_id: spawned.job_id,
-            task_id: spawned.task_id,
-            attempt: 0,
-        };
+        let dispatch = JobDispatch::new_job(spawned.task_id, spawned.job_id);
         after = after.dispatch(&claim.profile, dispatch);
         let site = CallSite {
             key: delegation.key,
