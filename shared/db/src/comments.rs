@@ -86,14 +86,19 @@ pub async fn pending(pool: &PgPool, job_id: JobId) -> Result<Vec<ForJob>, DbErro
 /// What a new job opens with besides the task's instruction: the comments it was created
 /// for (a follow-up's `instruction`, an `answer`, a Continue's `handoff`) and the additions and
 /// interjections not delivered yet, oldest first.
-pub async fn opening(pool: &PgPool, job_id: JobId) -> Result<Vec<ForJob>, DbError> {
+pub async fn opening(
+    pool: &PgPool,
+    task_id: TaskId,
+    job_id: JobId,
+) -> Result<Vec<ForJob>, DbError> {
     let rows = sqlx::query!(
         r#"
         SELECT id, kind, body FROM comments
-         WHERE job_id = $1
+         WHERE task_id = $1 AND job_id = $2
            AND (kind IN ('instruction', 'answer', 'handoff') OR delivered_at IS NULL)
          ORDER BY id
         "#,
+        task_id.0,
         job_id.0
     )
     .fetch_all(pool)

@@ -45,7 +45,9 @@ impl Comments {
         if claim.job_no == 1 && claim.pending_interjections == 0 {
             return Ok(comments);
         }
-        for comment in maestro_db::comments::opening(&shared.pool, claim.job_id).await? {
+        for comment in
+            maestro_db::comments::opening(&shared.pool, claim.task_id, claim.job_id).await?
+        {
             match comment.kind {
                 // The first job's instruction is the task's own.
                 CommentKind::Instruction if claim.job_no == 1 => {}
