@@ -164,6 +164,8 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         request_hash: "-",
         profile: "default",
         max_attempts: 3,
+        context_id: None,
+        message_id: None,
     };
     let created = maestro_db::tasks::create(&stack.db.pool, &new)
         .await

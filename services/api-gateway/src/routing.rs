@@ -7,9 +7,9 @@
 //! that won (an addition that loses to the claim becomes an interjection of the running job).
 
 use maestro_api::{RoutedComment, RoutedTo};
-use maestro_db::comments;
+use maestro_db::comments::{self, Said};
 use maestro_domain::action::{CommentRoute, route_comment};
-use maestro_domain::{Comment, CommentKind, JobId, Owner, TaskId};
+use maestro_domain::{Comment, CommentKind, JobId, TaskId};
 use maestro_messaging::AfterCommit;
 
 use crate::error::ApiError;
@@ -18,12 +18,11 @@ use crate::state::AppState;
 /// How often a comment is routed again when the job changed state under it.
 const ROUTING_ATTEMPTS: usize = 3;
 
-/// Route `text` from `author` to task `task_id` (which the author owns).
+/// Route what `said` says to task `task_id` (which its author owns).
 pub async fn comment(
     state: &AppState,
     task_id: TaskId,
-    author: &Owner,
-    text: &str,
+    said: Said<'_>,
 ) -> Result<RoutedComment, ApiError> {
     for _ in 0..ROUTING_ATTEMPTS {
         let latest = maestro_db::jobs::latest(&state.pool, task_id).await?;
@@ -34,15 +33,15 @@ pub async fn comment(
             }
             (CommentRoute::Interjection, Some((job_id, ..))) => {
                 let to = (job_id, CommentKind::Interjection);
-                add_to_job(state, task_id, to, author, text).await?
+                add_to_job(state, task_id, to, said).await?
             }
             (CommentRoute::Addition, Some((job_id, ..))) => {
                 let to = (job_id, CommentKind::Addition);
-                add_to_job(state, task_id, to, author, text).await?
+                add_to_job(state, task_id, to, said).await?
             }
-            (CommentRoute::Answer, _) => answer(state, task_id, author, text).await?,
+            (CommentRoute::Answer, _) => answer(state, task_id, said).await?,
             (CommentRoute::FollowUp | CommentRoute::Interjection | CommentRoute::Addition, _) => {
-                follow_up(state, task_id, author, text).await?
+                follow_up(state, task_id, said).await?
             }
         };
         if let Some((comment, routed_to, after)) = routed {
@@ -64,10 +63,9 @@ async fn add_to_job(
     state: &AppState,
     task_id: TaskId,
     (job_id, kind): (JobId, CommentKind),
-    author: &Owner,
-    text: &str,
+    said: Said<'_>,
 ) -> Result<Routed, ApiError> {
-    let comment = comments::add_to_job(&state.pool, task_id, job_id, author, kind, text).await?;
+    let comment = comments::add_to_job(&state.pool, task_id, job_id, kind, said).await?;
     let routed_to = match kind {
         CommentKind::Addition => RoutedTo::Instruction,
         _ => RoutedTo::Interjection,
@@ -78,34 +76,16 @@ async fn add_to_job(
     }))
 }
 
-async fn answer(
-    state: &AppState,
-    task_id: TaskId,
-    author: &Owner,
-    text: &str,
-) -> Result<Routed, ApiError> {
+async fn answer(state: &AppState, task_id: TaskId, said: Said<'_>) -> Result<Routed, ApiError> {
     let max_attempts = state.settings.job_max_attempts;
-    let answered = maestro_pauses::answer(
-        &state.pool,
-        task_id,
-        author,
-        text,
-        JobId::new(),
-        max_attempts,
-    )
-    .await?;
+    let answered =
+        maestro_pauses::answer(&state.pool, task_id, said, JobId::new(), max_attempts).await?;
     Ok(answered.map(|a| (a.comment, RoutedTo::Answer, a.after)))
 }
 
-async fn follow_up(
-    state: &AppState,
-    task_id: TaskId,
-    author: &Owner,
-    text: &str,
-) -> Result<Routed, ApiError> {
+async fn follow_up(state: &AppState, task_id: TaskId, said: Said<'_>) -> Result<Routed, ApiError> {
     let job_id = JobId::new();
     let max_attempts = state.settings.job_max_attempts;
-    let comment =
-        comments::follow_up(&state.pool, task_id, job_id, author, text, max_attempts).await?;
+    let comment = comments::follow_up(&state.pool, task_id, job_id, said, max_attempts).await?;
     Ok(comment.map(|c| (c, RoutedTo::FollowUp, AfterCommit::new_job(task_id, job_id))))
 }

@@ -8,6 +8,62 @@ use uuid::Uuid;
 
 use crate::DbError;
 
+/// What a person said: the comment's author and text, and the A2A `messageId` it came as
+/// (unique per task: the same message twice is refused by the database).
+#[derive(Debug, Clone, Copy)]
+pub struct Said<'a> {
+    pub author: &'a Owner,
+    pub body: &'a str,
+    pub message_id: Option<&'a str>,
+}
+
+impl<'a> Said<'a> {
+    pub fn new(author: &'a Owner, body: &'a str) -> Self {
+        Self {
+            author,
+            body,
+            message_id: None,
+        }
+    }
+
+    /// The comment this became (of `kind`, for job `job_id`), with its stored id and time.
+    fn comment(
+        &self,
+        (id, created_at): (Uuid, chrono::DateTime<chrono::Utc>),
+        task_id: TaskId,
+        job_id: JobId,
+        kind: CommentKind,
+    ) -> Comment {
+        Comment {
+            id,
+            task_id,
+            job_id: Some(job_id),
+            author: self.author.to_string(),
+            kind,
+            body: self.body.to_owned(),
+            created_at,
+            delivered_at: None,
+            message_id: self.message_id.map(str::to_owned),
+        }
+    }
+}
+
+/// Whether task `task_id` has a comment that came as A2A message `message_id`.
+pub async fn has_message(
+    pool: &PgPool,
+    task_id: TaskId,
+    message_id: &str,
+) -> Result<bool, DbError> {
+    let row = sqlx::query_scalar!(
+        "SELECT 1 AS one FROM comments WHERE task_id = $1 AND message_id = $2",
+        task_id.0,
+        message_id
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.is_some())
+}
+
 /// Add a comment job `job_id` takes into its conversation, while the job is still in a state
 /// for it: an interjection while it runs or waits for its subtasks, an addition (to its
 /// instruction) while it is queued or waits to retry; `None` otherwise (nothing written).
@@ -17,9 +73,8 @@ pub async fn add_to_job(
     pool: &PgPool,
     task_id: TaskId,
     job_id: JobId,
-    author: &Owner,
     kind: CommentKind,
-    body: &str,
+    said: Said<'_>,
 ) -> Result<Option<Comment>, DbError> {
     let statuses: &[&str] = match kind {
         CommentKind::Addition => &["queued", "retry"],
@@ -32,30 +87,22 @@ pub async fn add_to_job(
              WHERE id = $2 AND task_id = $1 AND status = ANY($6::text[])
          RETURNING id
         )
-        INSERT INTO comments (id, task_id, author, kind, body, job_id)
-        SELECT $3, $1, $4, $5, $7, j.id FROM j
+        INSERT INTO comments (id, task_id, author, kind, body, job_id, message_id)
+        SELECT $3, $1, $4, $5, $7, j.id, $8 FROM j
         RETURNING id, created_at
         "#,
         task_id.0,
         job_id.0,
         Uuid::now_v7(),
-        author.as_str(),
+        said.author.as_str(),
         kind.as_str(),
         statuses as &[&str],
-        body
+        said.body,
+        said.message_id
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|r| Comment {
-        id: r.id,
-        task_id,
-        job_id: Some(job_id),
-        author: author.to_string(),
-        kind,
-        body: body.to_owned(),
-        created_at: r.created_at,
-        delivered_at: None,
-    }))
+    Ok(row.map(|r| said.comment((r.id, r.created_at), task_id, job_id, kind)))
 }
 
 /// A comment a job takes in: what opens it, or what it has not read yet.
@@ -118,7 +165,7 @@ fn for_job(id: Uuid, kind: &str, body: String) -> Result<ForJob, DbError> {
 pub async fn list(pool: &PgPool, task_id: TaskId) -> Result<Vec<Comment>, DbError> {
     let rows = sqlx::query!(
         r#"
-        SELECT id, job_id, author, kind, body, created_at, delivered_at
+        SELECT id, job_id, author, kind, body, created_at, delivered_at, message_id
           FROM comments WHERE task_id = $1 ORDER BY id
         "#,
         task_id.0
@@ -138,6 +185,7 @@ pub async fn list(pool: &PgPool, task_id: TaskId) -> Result<Vec<Comment>, DbErro
                 body: r.body,
                 created_at: r.created_at,
                 delivered_at: r.delivered_at,
+                message_id: r.message_id,
             })
         })
         .collect()
@@ -151,8 +199,7 @@ pub async fn follow_up(
     pool: &PgPool,
     task_id: TaskId,
     job_id: JobId,
-    author: &Owner,
-    body: &str,
+    said: Said<'_>,
     max_attempts: i32,
 ) -> Result<Option<Comment>, DbError> {
     let queued = serde_json::json!({"status": "queued", "attempt": 0});
@@ -176,17 +223,18 @@ pub async fn follow_up(
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, 1, 'job_state', $7 FROM t JOIN j ON j.task_id = t.id
         )
-        INSERT INTO comments (id, task_id, author, kind, body, job_id)
-        SELECT $3, j.task_id, $4, 'instruction', $5, j.id FROM j
+        INSERT INTO comments (id, task_id, author, kind, body, job_id, message_id)
+        SELECT $3, j.task_id, $4, 'instruction', $5, j.id, $8 FROM j
         RETURNING id, created_at
         "#,
         task_id.0,
         job_id.0,
         Uuid::now_v7(),
-        author.as_str(),
-        body,
+        said.author.as_str(),
+        said.body,
         max_attempts,
-        queued
+        queued,
+        said.message_id
     )
     .fetch_optional(pool)
     .await;
@@ -196,15 +244,13 @@ pub async fn follow_up(
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    Ok(row.map(|r| Comment {
-        id: r.id,
-        task_id,
-        job_id: Some(job_id),
-        author: author.to_string(),
-        kind: CommentKind::Instruction,
-        body: body.to_owned(),
-        created_at: r.created_at,
-        delivered_at: None,
+    Ok(row.map(|r| {
+        said.comment(
+            (r.id, r.created_at),
+            task_id,
+            job_id,
+            CommentKind::Instruction,
+        )
     }))
 }
 
@@ -233,33 +279,24 @@ pub async fn insert(
     conn: &mut PgConnection,
     task_id: TaskId,
     job_id: JobId,
-    author: &Owner,
     kind: CommentKind,
-    body: &str,
+    said: Said<'_>,
 ) -> Result<Comment, DbError> {
     let row = sqlx::query!(
         r#"
-        INSERT INTO comments (id, task_id, author, kind, body, job_id)
-        VALUES ($1, $2, $3, $4, $5, $6)
+        INSERT INTO comments (id, task_id, author, kind, body, job_id, message_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7)
         RETURNING id, created_at
         "#,
         Uuid::now_v7(),
         task_id.0,
-        author.as_str(),
+        said.author.as_str(),
         kind.as_str(),
-        body,
-        job_id.0
+        said.body,
+        job_id.0,
+        said.message_id
     )
     .fetch_one(conn)
     .await?;
-    Ok(Comment {
-        id: row.id,
-        task_id,
-        job_id: Some(job_id),
-        author: author.to_string(),
-        kind,
-        body: body.to_owned(),
-        created_at: row.created_at,
-        delivered_at: None,
-    })
+    Ok(said.comment((row.id, row.created_at), task_id, job_id, kind))
 }

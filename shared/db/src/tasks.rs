@@ -25,6 +25,10 @@ pub struct NewTask<'a> {
     pub request_hash: &'a str,
     pub profile: &'a str,
     pub max_attempts: i32,
+    /// The A2A context it belongs to (`None`: its own).
+    pub context_id: Option<&'a str>,
+    /// The A2A `messageId` its instruction came as.
+    pub message_id: Option<&'a str>,
 }
 
 /// Record the piece the router chose for a task created for it (piece `auto`); a task
@@ -53,13 +57,14 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         r#"
         WITH task AS (
             INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key,
-                               request_hash, last_seq, job_count, start_movement, max_attempts)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1, $13, $11)
+                               request_hash, last_seq, job_count, start_movement, max_attempts,
+                               context_id)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1, $13, $11, $14)
             ON CONFLICT (owner, idempotency_key) DO NOTHING
             RETURNING id, created_at
         ), comment AS (
-            INSERT INTO comments (id, task_id, author, kind, body, job_id)
-            SELECT $8, task.id, $2, 'instruction', $3, $9 FROM task
+            INSERT INTO comments (id, task_id, author, kind, body, job_id, message_id)
+            SELECT $8, task.id, $2, 'instruction', $3, $9, $15 FROM task
         ), job AS (
             INSERT INTO jobs (id, task_id, job_no, status, profile, max_attempts, last_job_seq)
             SELECT $9, task.id, 1, 'queued', $10, $11, 1 FROM task
@@ -83,6 +88,8 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         new.max_attempts,
         queued,
         new.start_movement,
+        new.context_id,
+        new.message_id,
     )
     .fetch_optional(pool)
     .await?;
@@ -112,6 +119,7 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         }),
         parent_task_id: None,
         depth: 0,
+        context_id: new.context_id.map(str::to_owned),
     }))
 }
 
@@ -168,6 +176,7 @@ struct Row {
     updated_at: DateTime<Utc>,
     parent_task_id: Option<uuid::Uuid>,
     depth: i32,
+    context_id: Option<String>,
     job_id: Option<uuid::Uuid>,
     job_no: Option<i32>,
     status: Option<String>,
@@ -221,6 +230,7 @@ impl TryFrom<Row> for TaskRecord {
             latest_job,
             parent_task_id: r.parent_task_id.map(TaskId),
             depth: r.depth,
+            context_id: r.context_id,
         })
     }
 }
@@ -236,7 +246,7 @@ async fn query_records(
         Row,
         r#"
         SELECT t.id, t.instruction, t.piece, t.model, t.created_at, t.updated_at,
-               t.parent_task_id, t.depth, j.id AS "job_id?", j.job_no AS "job_no?",
+               t.parent_task_id, t.depth, t.context_id, j.id AS "job_id?", j.job_no AS "job_no?",
                j.status AS "status?", j.wait_reason AS "wait_reason?", j.attempt AS "attempt?",
                j.max_attempts AS "max_attempts?", j.next_retry_at AS "next_retry_at?",
                j.result AS "result?", j.error AS "error?", j.created_at AS "job_created_at?",

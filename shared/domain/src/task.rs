@@ -23,6 +23,9 @@ pub struct TaskRecord {
     pub parent_task_id: Option<TaskId>,
     /// 0 for a task nobody delegated; a subtask is one deeper than its parent.
     pub depth: i32,
+    /// The A2A context it belongs to, when an A2A client named or was given one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
 }
 
 impl TaskRecord {
@@ -100,4 +103,7 @@ pub struct Comment {
     pub created_at: DateTime<Utc>,
     /// For an interjection or an addition: when it entered the job's conversation.
     pub delivered_at: Option<DateTime<Utc>>,
+    /// The A2A `messageId` it came as, if it came over A2A (unique per task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
 }

@@ -2,11 +2,12 @@
 //! did its part), and a follow-up job is queued that resumes in the asking movement with the
 //! question and the answer; the interjections the asking job never read move to it.
 
+use maestro_db::comments::Said;
 use maestro_db::jobs::NextJob;
 use maestro_db::{DbError, PgPool, actions, comments, events, jobs};
 use maestro_domain::{
     ActionDetail, Comment, CommentKind, Decision, DecisionEvent, EventBody, JobId, JobStateChange,
-    JobStatus, Owner, TaskId, Verdict,
+    JobStatus, TaskId, Verdict,
 };
 use maestro_messaging::AfterCommit;
 
@@ -17,13 +18,12 @@ pub struct Answered {
     pub after: AfterCommit,
 }
 
-/// Answer the question the task's latest job asked with `text`; the follow-up job is
+/// Answer the question the task's latest job asked with what `said` says; the follow-up job is
 /// `new_job`. `None` when the latest job does not wait for an answer (nothing written).
 pub async fn answer(
     pool: &PgPool,
     task_id: TaskId,
-    by: &Owner,
-    text: &str,
+    said: Said<'_>,
     new_job: JobId,
     max_attempts: i32,
 ) -> Result<Option<Answered>, DbError> {
@@ -33,7 +33,7 @@ pub async fn answer(
     };
     let decision = Decision {
         answered_by_job: Some(new_job),
-        ..Decision::new(Verdict::Answer, by.as_str())
+        ..Decision::new(Verdict::Answer, said.author.as_str())
     };
     // Waiting for an answer without a question on record: fail closed.
     let Some(question) = actions::pending_question(&mut tx, asking.id).await? else {
@@ -66,8 +66,7 @@ pub async fn answer(
     let queued = EventBody::JobState(JobStateChange::new(JobStatus::Queued, 0));
     events::push(&mut tx, new_job, &[queued]).await?;
     comments::move_unread(&mut tx, asking.id, new_job).await?;
-    let comment =
-        comments::insert(&mut tx, task_id, new_job, by, CommentKind::Answer, text).await?;
+    let comment = comments::insert(&mut tx, task_id, new_job, CommentKind::Answer, said).await?;
     maestro_db::commit(tx).await?;
     Ok(Some(Answered {
         comment,

@@ -35,7 +35,8 @@ pub async fn create(
         ));
     }
     let task_id = owned_task(&state, &owner, &id).await?;
-    let routed = crate::routing::comment(&state, task_id, &owner, text).await?;
+    let said = maestro_db::comments::Said::new(&owner, text);
+    let routed = crate::routing::comment(&state, task_id, said).await?;
     Ok((StatusCode::CREATED, Json(routed)))
 }
 

@@ -73,6 +73,8 @@ pub async fn create(
         request_hash: &hash,
         profile: DEFAULT_PROFILE,
         max_attempts: state.settings.job_max_attempts,
+        context_id: None,
+        message_id: None,
     };
     let Some(task) = maestro_db::tasks::create(&state.pool, &new).await? else {
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
