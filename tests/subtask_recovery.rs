@@ -115,6 +115,8 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         request_hash: "h",
         profile: "default",
         max_attempts: 3,
+        context_id: None,
+        message_id: None,
     };
     tasks::create(pool, &new)
         .await
