@@ -10,6 +10,7 @@ pub mod json;
 pub mod routes;
 pub mod routing;
 pub mod state;
+pub mod stream;
 pub mod validate;
 pub mod views;
 

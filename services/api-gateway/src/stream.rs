@@ -1,0 +1,252 @@
+//! A task's stream to one client: its persisted events and live deltas, in stream order,
+//! exactly once, whatever the client reads them as — MAESTRO's own SSE (`routes/stream.rs`)
+//! or A2A's (`a2a/`). A [`Render`] turns each item into the SSE events a client gets.
+//!
+//! The subscription to live subjects starts before anything is replayed, and every item is
+//! compared with the last position sent, so nothing falls between replay and live tail and
+//! nothing is sent twice. Missing items are filled in from their durable source first: events
+//! from Postgres, deltas of the message being generated from the deltas stream. A delta that
+//! belongs to a message already committed is never sent after it (the merged message event
+//! replaces it).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::StreamExt;
+use maestro_domain::{Event, StreamId, TaskId};
+use maestro_messaging::payloads::Delta;
+use maestro_messaging::setup::DELTAS;
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Events read from Postgres per query while catching up.
+const PAGE: i64 = 500;
+/// How long a delta replay waits for the next stored delta before it is done.
+const REPLAY_IDLE: Duration = Duration::from_millis(150);
+
+/// An SSE response.
+pub type SseStream = Sse<
+    axum::response::sse::KeepAliveStream<
+        futures::stream::BoxStream<'static, Result<SseEvent, Infallible>>,
+    >,
+>;
+
+/// What a client gets for each item of the task's stream.
+pub trait Render: Send + 'static {
+    /// The SSE events for a persisted event (none: skip it, keeping the position).
+    fn event(&mut self, event: &Event) -> Vec<SseEvent>;
+    /// The SSE events for a live delta.
+    fn delta(&mut self, id: StreamId, delta: &Delta) -> Vec<SseEvent>;
+    /// The stream has said all it will: close it.
+    fn done(&self) -> bool {
+        false
+    }
+}
+
+/// Open a stream of task `task_id` after position `last` for one client, first sending
+/// `first` (already rendered). The task's ownership is the caller's to check.
+pub async fn open(
+    state: AppState,
+    task_id: TaskId,
+    last: StreamId,
+    first: Vec<SseEvent>,
+    render: impl Render,
+) -> Result<SseStream, ApiError> {
+    let events = state
+        .bus
+        .nats
+        .subscribe(state.bus.subjects.events_of_task(task_id))
+        .await
+        .map_err(anyhow::Error::from)?;
+    let deltas = state
+        .bus
+        .nats
+        .subscribe(state.bus.subjects.deltas_of_task(task_id))
+        .await
+        .map_err(anyhow::Error::from)?;
+    // Bounded per client (`SSE_BUFFER`): a client that stops reading holds this much, plus its
+    // TCP buffers, and is disconnected after `SSE_STALL_MS`.
+    let (tx, rx) = mpsc::channel(state.settings.sse_buffer);
+    let keepalive = state.settings.sse_keepalive;
+    let pump = Pump {
+        state,
+        task_id,
+        last,
+        tx,
+        render,
+    };
+    tokio::spawn(pump.run(first, events, deltas));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (Ok(item), rx))
+    });
+    Ok(Sse::new(stream.boxed()).keep_alive(KeepAlive::new().interval(keepalive)))
+}
+
+/// Moves items from Postgres, the deltas stream and live subjects to one client, in order.
+struct Pump<R> {
+    state: AppState,
+    task_id: TaskId,
+    last: StreamId,
+    tx: mpsc::Sender<SseEvent>,
+    render: R,
+}
+
+/// The client went away or stalled, a source failed, or the stream said all it will.
+struct Gone;
+
+impl<R: Render> Pump<R> {
+    async fn run(
+        mut self,
+        first: Vec<SseEvent>,
+        mut events: async_nats::Subscriber,
+        mut deltas: async_nats::Subscriber,
+    ) {
+        if self.send(self.last, first).await.is_err()
+            || self.catch_up(i64::MAX).await.is_err()
+            || self.replay_deltas().await.is_err()
+        {
+            return;
+        }
+        let shutdown = self.state.shutdown.clone();
+        loop {
+            // Biased, deltas before events: a message's deltas reach this connection before
+            // its event (the worker publishes them before it commits), so when both are
+            // waiting the deltas go first — otherwise the event would make them stale and
+            // the client would miss the end of the live text.
+            let step = tokio::select! {
+                biased;
+                _ = self.tx.closed() => return,
+                _ = shutdown.cancelled() => return,
+                Some(message) = deltas.next() => self.on_delta(&message.payload).await,
+                Some(message) = events.next() => self.on_event(&message.payload).await,
+                else => return,
+            };
+            if step.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn on_event(&mut self, payload: &[u8]) -> Result<(), Gone> {
+        let Ok(event) = serde_json::from_slice::<Event>(payload) else {
+            return Ok(());
+        };
+        if event.seq <= self.last.seq {
+            return Ok(());
+        }
+        if event.seq > self.last.seq + 1 {
+            self.catch_up(event.seq - 1).await?;
+        }
+        self.send_event(&event).await
+    }
+
+    async fn on_delta(&mut self, payload: &[u8]) -> Result<(), Gone> {
+        let Ok(delta) = serde_json::from_slice::<Delta>(payload) else {
+            return Ok(());
+        };
+        let Some(id) = delta.stream_id() else {
+            return Ok(());
+        };
+        if id.seq > self.last.seq {
+            // The delta follows an event this client has not been sent yet.
+            self.catch_up(id.seq).await?;
+        }
+        if id.seq == self.last.seq && id.delta > self.last.delta + 1 {
+            // Deltas in between were missed (a slow subscription, a reconnect): replay them.
+            self.replay_deltas().await?;
+        }
+        if id <= self.last || id.seq != self.last.seq {
+            return Ok(());
+        }
+        let items = self.render.delta(id, &delta);
+        self.send(id, items).await
+    }
+
+    /// Send every persisted event with `last.seq < seq <= upto`.
+    async fn catch_up(&mut self, upto: i64) -> Result<(), Gone> {
+        loop {
+            let page =
+                maestro_db::events::list(&self.state.pool, self.task_id, self.last.seq, PAGE).await;
+            let page = page.map_err(|e| {
+                tracing::warn!(error = %e, "cannot read events for a stream; closing it");
+                Gone
+            })?;
+            let full = page.len() as i64 == PAGE;
+            for event in page.iter().filter(|e| e.seq <= upto) {
+                self.send_event(event).await?;
+            }
+            if !full || self.last.seq >= upto {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Send the stored deltas of the message being generated after the last event sent
+    /// (those after the last delta sent, if the client had some). Deltas that aged out of
+    /// the stream are simply not there: the message event will carry the whole text.
+    async fn replay_deltas(&mut self) -> Result<(), Gone> {
+        let filter = self
+            .state
+            .bus
+            .subjects
+            .deltas_after(self.task_id, self.last.seq);
+        let stream_name = self.state.bus.subjects.stream(DELTAS);
+        let ordered = async {
+            let stream = self.state.bus.js.get_stream(&stream_name).await.ok()?;
+            let config = consumer::pull::OrderedConfig {
+                filter_subject: filter,
+                deliver_policy: consumer::DeliverPolicy::All,
+                ..Default::default()
+            };
+            let consumer = stream.create_consumer(config).await.ok()?;
+            consumer.messages().await.ok()
+        };
+        let Some(mut messages) = ordered.await else {
+            tracing::warn!("cannot replay deltas; the client gets the merged message instead");
+            return Ok(());
+        };
+        while let Ok(Some(Ok(message))) = tokio::time::timeout(REPLAY_IDLE, messages.next()).await {
+            let Ok(delta) = serde_json::from_slice::<Delta>(&message.payload) else {
+                continue;
+            };
+            let Some(id) = delta.stream_id() else {
+                continue;
+            };
+            if id > self.last && id.seq == self.last.seq {
+                let items = self.render.delta(id, &delta);
+                self.send(id, items).await?;
+            }
+            let caught_up = message.info().is_ok_and(|info| info.pending == 0);
+            if caught_up {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send_event(&mut self, event: &Event) -> Result<(), Gone> {
+        let items = self.render.event(event);
+        self.send(StreamId::event(event.seq), items).await
+    }
+
+    /// Send `items` (all of one position) and move the position to `id`; close the stream
+    /// when the renderer has said all it will.
+    async fn send(&mut self, id: StreamId, items: Vec<SseEvent>) -> Result<(), Gone> {
+        let stall = self.state.settings.sse_stall;
+        for item in items {
+            match tokio::time::timeout(stall, self.tx.send(item)).await {
+                Ok(Ok(())) => {}
+                _ => return Err(Gone),
+            }
+        }
+        self.last = id;
+        if self.render.done() {
+            return Err(Gone);
+        }
+        Ok(())
+    }
+}
