@@ -11,6 +11,7 @@ pub mod routes;
 pub mod routing;
 pub mod state;
 pub mod stream;
+pub mod usecases;
 pub mod validate;
 pub mod views;
 

@@ -163,12 +163,18 @@ fn for_job(id: Uuid, kind: &str, body: String) -> Result<ForJob, DbError> {
 
 /// A task's comments, oldest first.
 pub async fn list(pool: &PgPool, task_id: TaskId) -> Result<Vec<Comment>, DbError> {
+    of_tasks(pool, &[task_id]).await
+}
+
+/// The comments of tasks `task_ids`, by task, oldest first.
+pub async fn of_tasks(pool: &PgPool, task_ids: &[TaskId]) -> Result<Vec<Comment>, DbError> {
+    let ids: Vec<Uuid> = task_ids.iter().map(|t| t.0).collect();
     let rows = sqlx::query!(
         r#"
-        SELECT id, job_id, author, kind, body, created_at, delivered_at, message_id
-          FROM comments WHERE task_id = $1 ORDER BY id
+        SELECT id, task_id, job_id, author, kind, body, created_at, delivered_at, message_id
+          FROM comments WHERE task_id = ANY($1) ORDER BY task_id, id
         "#,
-        task_id.0
+        &ids
     )
     .fetch_all(pool)
     .await?;
@@ -176,7 +182,7 @@ pub async fn list(pool: &PgPool, task_id: TaskId) -> Result<Vec<Comment>, DbErro
         .map(|r| {
             Ok(Comment {
                 id: r.id,
-                task_id,
+                task_id: TaskId(r.task_id),
                 job_id: r.job_id.map(JobId),
                 author: r.author,
                 kind: CommentKind::parse(&r.kind).ok_or_else(|| {

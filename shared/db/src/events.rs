@@ -58,6 +58,54 @@ pub async fn list(
     rows.into_iter().map(Event::try_from).collect()
 }
 
+/// What an A2A view of tasks `task_ids` reads of their events: the agent's replies (assistant
+/// messages with text) and each task's latest state change, by task and in order.
+pub async fn replies_and_states(pool: &PgPool, task_ids: &[TaskId]) -> Result<Vec<Event>, DbError> {
+    let ids: Vec<Uuid> = task_ids.iter().map(|t| t.0).collect();
+    let rows = sqlx::query_as!(
+        EventRow,
+        r#"
+        SELECT task_id, seq, job_id, job_seq, kind, payload, created_at
+          FROM events
+         WHERE task_id = ANY($1)
+           AND ((kind = 'message' AND payload->>'role' = 'assistant'
+                 AND COALESCE(payload->>'content', '') <> '')
+                OR (task_id, seq) IN (SELECT task_id, max(seq) FROM events
+                                       WHERE task_id = ANY($1) AND kind = 'job_state'
+                                       GROUP BY task_id))
+         ORDER BY task_id, seq
+        "#,
+        &ids
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(Event::try_from).collect()
+}
+
+/// One event of a task.
+pub async fn get(pool: &PgPool, task_id: TaskId, seq: i64) -> Result<Option<Event>, DbError> {
+    let row = sqlx::query_as!(
+        EventRow,
+        r#"
+        SELECT task_id, seq, job_id, job_seq, kind, payload, created_at
+          FROM events WHERE task_id = $1 AND seq = $2
+        "#,
+        task_id.0,
+        seq
+    )
+    .fetch_optional(pool)
+    .await?;
+    row.map(Event::try_from).transpose()
+}
+
+/// The task-wide seq of the task's last event (0 when it has none).
+pub async fn last_seq(pool: &PgPool, task_id: TaskId) -> Result<i64, DbError> {
+    let seq = sqlx::query_scalar!("SELECT last_seq FROM tasks WHERE id = $1", task_id.0)
+        .fetch_optional(pool)
+        .await?;
+    Ok(seq.unwrap_or(0))
+}
+
 /// Every event of one job, in order: what a worker resuming the job rebuilds from.
 pub async fn of_job(pool: &PgPool, job_id: JobId) -> Result<Vec<Event>, DbError> {
     let rows = sqlx::query_as!(

@@ -5,6 +5,7 @@
 //! caller owns the transaction boundary ([`begin`]). Writes on the job path are single
 //! statements (CTEs), so each state change there is one round trip and one commit.
 
+pub mod a2a;
 pub mod actions;
 pub mod claims;
 pub mod comments;

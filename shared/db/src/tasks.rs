@@ -153,7 +153,18 @@ pub async fn exists(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<bool, Db
 
 /// One task of `owner`, with its latest job.
 pub async fn get(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<Option<TaskRecord>, DbError> {
-    Ok(query_records(pool, owner, Some(id), None, 1).await?.pop())
+    Ok(query_records(pool, owner, Some(&[id]), None, 1)
+        .await?
+        .pop())
+}
+
+/// Tasks `ids` of `owner` (those that are), with their latest jobs, newest first.
+pub async fn many(
+    pool: &PgPool,
+    owner: &Owner,
+    ids: &[TaskId],
+) -> Result<Vec<TaskRecord>, DbError> {
+    query_records(pool, owner, Some(ids), None, ids.len() as i64).await
 }
 
 /// A page of `owner`'s tasks, newest first, strictly older than `before` when given.
@@ -238,10 +249,11 @@ impl TryFrom<Row> for TaskRecord {
 async fn query_records(
     pool: &PgPool,
     owner: &Owner,
-    id: Option<TaskId>,
+    ids: Option<&[TaskId]>,
     before: Option<TaskId>,
     limit: i64,
 ) -> Result<Vec<TaskRecord>, DbError> {
+    let ids: Option<Vec<Uuid>> = ids.map(|ids| ids.iter().map(|i| i.0).collect());
     let rows = sqlx::query_as!(
         Row,
         r#"
@@ -257,13 +269,13 @@ async fn query_records(
           LEFT JOIN LATERAL (SELECT * FROM jobs WHERE jobs.task_id = t.id
                               ORDER BY job_no DESC LIMIT 1) j ON true
          WHERE t.owner = $1
-           AND ($2::uuid IS NULL OR t.id = $2)
+           AND ($2::uuid[] IS NULL OR t.id = ANY($2))
            AND ($3::uuid IS NULL OR t.id < $3)
          ORDER BY t.id DESC
          LIMIT $4
         "#,
         owner.as_str(),
-        id.map(|i| i.0),
+        ids.as_deref(),
         before.map(|b| b.0),
         limit
     )

@@ -10,8 +10,7 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use maestro_api::{ActionList, DecideReply, DecideRequest, TokenReply, TokenRequest};
-use maestro_domain::{ActionId, Verdict, WaitReason};
-use maestro_pauses::{Decided, Request};
+use maestro_domain::{ActionId, WaitReason};
 use serde::Deserialize;
 
 use super::{owned_task, parse_id};
@@ -19,6 +18,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
 use crate::state::AppState;
+use crate::usecases;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,48 +84,8 @@ async fn decide_kinds(
     parse_id::<maestro_domain::TaskId>(id, "task")?;
     let action_id: ActionId = parse_id(rid, "required action")?;
     let task_id = owned_task(&state, &owner, id).await?;
-    let item = maestro_db::actions::get(&state.pool, task_id, action_id)
-        .await?
-        .filter(|a| kinds.contains(&a.kind()))
-        .ok_or(ApiError::NotFound("required action"))?;
-    let note = body
-        .note
-        .as_deref()
-        .map(str::trim)
-        .filter(|n| !n.is_empty());
-    if note.is_some_and(|n| n.len() > 4000) {
-        return Err(ApiError::invalid(
-            "invalid_decision",
-            "note is at most 4000 bytes",
-        ));
-    }
-    let verdict = Verdict::parse(item.kind(), &body.decision, body.scope.as_deref())?;
-    let request = Request {
-        task_id,
-        action_id,
-        kinds,
-        verdict,
-        by: &owner,
-        note,
-        seen_hash: body.arguments_hash.as_deref(),
-    };
-    let (action, resumed, after) = match maestro_pauses::decide(&state.pool, request).await? {
-        Decided::Done {
-            action,
-            resumed,
-            after,
-        } => (action, resumed, after),
-        Decided::NotFound => return Err(ApiError::NotFound("required action")),
-        Decided::ArgumentsChanged => return Err(ApiError::arguments_changed()),
-        Decided::AlreadyDecided(status) => return Err(ApiError::already_decided(status)),
-        Decided::NotWaiting(status) => return Err(ApiError::not_waiting(status)),
-    };
-    state.bus.after_commit(after).await;
-    tracing::info!(%task_id, %action_id, decision = %body.decision, resumed, "decided");
-    Ok(Json(DecideReply {
-        required_action: (*action).into(),
-        resumed,
-    }))
+    let reply = usecases::decide(&state, &owner, (task_id, action_id), &body, kinds).await?;
+    Ok(Json(reply))
 }
 
 /// `PUT /api/local/mcp-servers/{server}/token`: store the caller's token for an MCP server

@@ -5,7 +5,6 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use maestro_api::{CommentList, NewComment, RoutedComment, Task};
-use maestro_messaging::AfterCommit;
 
 use super::owned_task;
 use crate::auth::Caller;
@@ -61,21 +60,7 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<Task>, ApiError> {
     let task_id = owned_task(&state, &owner, &id).await?;
-    let reason = format!("cancelled by {owner}");
-    let cancelled = maestro_db::subtasks::cancel_tree(&state.pool, task_id, &reason).await?;
-    if cancelled.is_empty() {
-        return Err(ApiError::Conflict {
-            code: "nothing_to_cancel",
-            message: "the task has no job that is not over".to_owned(),
-        });
-    }
-    // A cancelled subtask is over: a parent waiting for it goes on.
-    let mut after = AfterCommit::events().wake_joiner();
-    for job in &cancelled {
-        tracing::info!(task_id = %job.task_id, job_id = %job.job_id, "job cancelled");
-        after = after.stop(job.job_id);
-    }
-    state.bus.after_commit(after).await;
+    crate::usecases::cancel(&state, &owner, task_id).await?;
     let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
         .await?
         .ok_or(ApiError::NotFound("task"))?;

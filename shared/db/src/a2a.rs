@@ -1,0 +1,194 @@
+//! What only the A2A binding reads and writes: pages of an owner's tasks by their last change
+//! (`ListTasks`), and per-task push notification configs.
+
+use chrono::{DateTime, Utc};
+use maestro_domain::{JobStatus, Owner, TaskId, WaitReason};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::DbError;
+
+/// Which tasks a `ListTasks` page holds.
+#[derive(Debug, Clone, Default)]
+pub struct TaskQuery<'a> {
+    pub context_id: Option<&'a str>,
+    /// The latest job's status is one of these (`None`: any).
+    pub statuses: Option<Vec<JobStatus>>,
+    /// …and, when it waits for a person, for one of these (`None`: any).
+    pub waiting_for: Option<Vec<WaitReason>>,
+    /// Changed after this time.
+    pub changed_after: Option<DateTime<Utc>>,
+    /// After this position in the order (the last task of the page before).
+    pub after: Option<(DateTime<Utc>, TaskId)>,
+    pub limit: i64,
+}
+
+/// A page of tasks, newest change first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskPage {
+    /// The tasks and their last change, in order.
+    pub tasks: Vec<(TaskId, DateTime<Utc>)>,
+    /// Every task the query matches, on all pages.
+    pub total: i64,
+}
+
+/// A page of `owner`'s tasks, by last change (newest first, then id).
+pub async fn page(
+    pool: &PgPool,
+    owner: &Owner,
+    query: &TaskQuery<'_>,
+) -> Result<TaskPage, DbError> {
+    let statuses: Option<Vec<&str>> = query
+        .statuses
+        .as_ref()
+        .map(|s| s.iter().map(|s| s.as_str()).collect());
+    let waits: Option<Vec<&str>> = query
+        .waiting_for
+        .as_ref()
+        .map(|w| w.iter().map(|w| w.as_str()).collect());
+    let rows = sqlx::query!(
+        r#"
+        WITH matching AS (
+            SELECT t.id, t.updated_at
+              FROM tasks t
+              LEFT JOIN LATERAL (SELECT status, wait_reason FROM jobs WHERE task_id = t.id
+                                  ORDER BY job_no DESC LIMIT 1) j ON true
+             WHERE t.owner = $1
+               AND ($2::text IS NULL OR t.context_id = $2
+                    OR (t.context_id IS NULL AND t.id::text = $2))
+               AND ($3::text[] IS NULL OR j.status = ANY($3))
+               AND ($4::text[] IS NULL OR j.status <> 'waiting_human' OR j.wait_reason = ANY($4))
+               AND ($5::timestamptz IS NULL OR t.updated_at > $5)
+        )
+        SELECT id AS "id!", updated_at AS "updated_at!",
+               (SELECT count(*) FROM matching) AS "total!"
+          FROM matching
+         WHERE $6::timestamptz IS NULL OR (updated_at, id) < ($6, $7::uuid)
+         ORDER BY updated_at DESC, id DESC
+         LIMIT $8
+        "#,
+        owner.as_str(),
+        query.context_id,
+        statuses.as_deref() as Option<&[&str]>,
+        waits.as_deref() as Option<&[&str]>,
+        query.changed_after,
+        query.after.map(|a| a.0),
+        query.after.map(|a| a.1.0),
+        query.limit
+    )
+    .fetch_all(pool)
+    .await?;
+    let total = match rows.first() {
+        Some(r) => r.total,
+        None => count(pool, owner, query).await?,
+    };
+    Ok(TaskPage {
+        tasks: rows
+            .into_iter()
+            .map(|r| (TaskId(r.id), r.updated_at))
+            .collect(),
+        total,
+    })
+}
+
+/// How many tasks a query matches, for an empty page.
+async fn count(pool: &PgPool, owner: &Owner, query: &TaskQuery<'_>) -> Result<i64, DbError> {
+    let everything = TaskQuery {
+        after: None,
+        limit: 1,
+        ..query.clone()
+    };
+    let first = Box::pin(page(pool, owner, &everything)).await?;
+    Ok(first.total)
+}
+
+/// A push notification config of a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushConfig {
+    pub task_id: TaskId,
+    pub id: String,
+    pub url: String,
+    pub token: Option<String>,
+    pub auth_scheme: Option<String>,
+    pub auth_credentials: Option<String>,
+}
+
+/// Store a push config (replacing the task's config of the same id).
+pub async fn put_push_config(pool: &PgPool, config: &PushConfig) -> Result<(), DbError> {
+    sqlx::query!(
+        r#"
+        INSERT INTO a2a_push_configs (task_id, id, url, token, auth_scheme, auth_credentials)
+        VALUES ($1, $2, $3, $4, $5, $6)
+        ON CONFLICT (task_id, id) DO UPDATE
+           SET url = EXCLUDED.url, token = EXCLUDED.token, auth_scheme = EXCLUDED.auth_scheme,
+               auth_credentials = EXCLUDED.auth_credentials
+        "#,
+        config.task_id.0,
+        config.id,
+        config.url,
+        config.token,
+        config.auth_scheme,
+        config.auth_credentials
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// A task's push configs (all of them, or the one with `id`), oldest first.
+pub async fn push_configs(
+    pool: &PgPool,
+    task_id: TaskId,
+    id: Option<&str>,
+) -> Result<Vec<PushConfig>, DbError> {
+    let rows = sqlx::query!(
+        r#"
+        SELECT id, url, token, auth_scheme, auth_credentials FROM a2a_push_configs
+         WHERE task_id = $1 AND ($2::text IS NULL OR id = $2)
+         ORDER BY created_at, id
+        "#,
+        task_id.0,
+        id
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| PushConfig {
+            task_id,
+            id: r.id,
+            url: r.url,
+            token: r.token,
+            auth_scheme: r.auth_scheme,
+            auth_credentials: r.auth_credentials,
+        })
+        .collect())
+}
+
+/// Delete a push config; whether there was one.
+pub async fn delete_push_config(pool: &PgPool, task_id: TaskId, id: &str) -> Result<bool, DbError> {
+    let done = sqlx::query!(
+        "DELETE FROM a2a_push_configs WHERE task_id = $1 AND id = $2",
+        task_id.0,
+        id
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// A task's context as A2A names it (its own id when it has none).
+pub async fn context_of(pool: &PgPool, task_id: TaskId) -> Result<Option<String>, DbError> {
+    let row = sqlx::query_scalar!(
+        r#"SELECT COALESCE(context_id, id::text) AS "context!" FROM tasks WHERE id = $1"#,
+        task_id.0
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row)
+}
+
+/// A fresh context id.
+pub fn new_context() -> String {
+    Uuid::now_v7().to_string()
+}
