@@ -82,6 +82,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(routes::health::healthz))
         .route("/readyz", get(routes::health::readyz))
         .merge(api)
+        .merge(crate::a2a::router())
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {

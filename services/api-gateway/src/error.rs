@@ -46,6 +46,11 @@ impl ApiError {
         }
     }
 
+    /// The machine-readable code of the refusal (`not_found`, `decision_pending`, ...).
+    pub fn code(&self) -> &'static str {
+        self.status_and_code().1
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),

@@ -2,6 +2,7 @@
 //! events and live deltas, authentication by bearer token, and validation: bad input gets a
 //! 4xx JSON error and changes nothing.
 
+pub mod a2a;
 pub mod app;
 pub mod auth;
 pub mod config;

@@ -1,8 +1,10 @@
-//! What more than one binding does (REST and A2A): decide a paused job's item, cancel a task.
+//! What more than one binding does (REST and A2A): decide a paused job's item, cancel a task,
+//! continue a finished one.
 //! Route files stay thin and never import each other; both bindings call these.
 
 use maestro_api::{DecideReply, DecideRequest};
-use maestro_domain::{ActionId, Owner, TaskId, Verdict, WaitReason};
+use maestro_db::continues::{self, NewContinue};
+use maestro_domain::{ActionId, JobId, Owner, TaskId, Verdict, WaitReason};
 use maestro_messaging::AfterCommit;
 use maestro_pauses::{Decided, Request};
 
@@ -80,4 +82,106 @@ pub async fn cancel(state: &AppState, owner: &Owner, task_id: TaskId) -> Result<
     }
     state.bus.after_commit(after).await;
     Ok(())
+}
+
+/// How often the latest job is read again when it changed under a Continue's insert.
+const CONTINUE_ATTEMPTS: usize = 3;
+
+/// What a Continue came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continued {
+    /// A new job carries the task on.
+    Created,
+    /// The Idempotency-Key's request was carried out before: nothing new.
+    Repeated,
+}
+
+/// Continue task `task_id` (which `owner` owns; SPEC §3.3): validate the request, check the
+/// latest job is over, and queue the job that replays the transcript. With `key`, a repeat of
+/// the same request does nothing and a different request under it is refused.
+pub async fn continue_task(
+    state: &AppState,
+    owner: &Owner,
+    task_id: TaskId,
+    body: maestro_api::ContinueTask,
+    key: Option<String>,
+) -> Result<Continued, ApiError> {
+    let settings = &state.settings;
+    let instruction = crate::validate::instruction(settings, &body.instruction)?;
+    if let Some(piece) = &body.piece {
+        crate::validate::piece(settings, piece, None)?;
+    }
+    if let Some(model) = &body.model {
+        crate::validate::model(settings, model)?;
+    }
+    let hash = crate::validate::request_hash(&[
+        "continue",
+        &instruction,
+        body.piece.as_deref().unwrap_or(""),
+        body.model.as_deref().unwrap_or(""),
+    ]);
+    if let Some(key) = key.as_deref()
+        && let Some(found) = continues::find_by_key(&state.pool, task_id, key).await?
+    {
+        return repeated(found, &hash);
+    }
+    for _ in 0..CONTINUE_ATTEMPTS {
+        let Some((from, status, waiting)) = maestro_db::jobs::latest(&state.pool, task_id).await?
+        else {
+            return Err(ApiError::Unexpected(anyhow::anyhow!(
+                "task {task_id} has no job"
+            )));
+        };
+        if !status.is_terminal() {
+            return Err(ApiError::not_over(status, waiting));
+        }
+        let job_id = JobId::new();
+        let new = NewContinue {
+            task_id,
+            job_id,
+            from,
+            author: owner,
+            instruction: &instruction,
+            piece: body.piece.as_deref(),
+            model: body.model.as_deref(),
+            idempotency_key: key.as_deref(),
+            request_hash: &hash,
+            max_attempts: settings.job_max_attempts,
+        };
+        match continues::insert(&state.pool, &new).await? {
+            continues::Continued::Created { job_no, .. } => {
+                tracing::info!(%task_id, %job_id, job_no, from = %from, "task continued");
+                state
+                    .bus
+                    .after_commit(AfterCommit::new_job(task_id, job_id))
+                    .await;
+                return Ok(Continued::Created);
+            }
+            continues::Continued::KeyUsed => {
+                let key = key.as_deref().unwrap_or_default();
+                let found = continues::find_by_key(&state.pool, task_id, key).await?;
+                let found = found.ok_or_else(|| {
+                    ApiError::Unexpected(anyhow::anyhow!("idempotency key conflict without a job"))
+                })?;
+                return repeated(found, &hash);
+            }
+            // Another job started or ended meanwhile: read the latest again.
+            continues::Continued::Busy => continue,
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "busy",
+        message: "the task changed state while it was continued; retry".to_owned(),
+    })
+}
+
+/// A Continue under a key used before: the same request is a repeat, another a conflict.
+fn repeated((_, stored): (JobId, Option<String>), hash: &str) -> Result<Continued, ApiError> {
+    if stored.as_deref() != Some(hash) {
+        return Err(ApiError::Conflict {
+            code: "idempotency_key_reused",
+            message: "this Idempotency-Key was used for a different request".to_owned(),
+        });
+    }
+    Ok(Continued::Repeated)
 }

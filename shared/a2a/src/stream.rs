@@ -8,7 +8,8 @@
 //! - a text delta → an `artifactUpdate` of the reply's artifact (`reply-<seq>`, the seq the
 //!   reply follows), appending after the first chunk;
 //! - an assistant message with text → its reply artifact whole (`lastChunk`), which replaces
-//!   whatever chunks a client got.
+//!   whatever chunks a client got (the artifact of the chunks just streamed; `reply-<seq of the
+//!   message>` when none were).
 //!
 //! Everything else (tool calls and results, movements) is MAESTRO's own detail and is not sent.
 
@@ -32,6 +33,8 @@ pub struct Renderer {
     state: Option<TaskState>,
     /// Reply artifacts the client has chunks of.
     open: HashSet<String>,
+    /// The reply being streamed (one at a time: a task runs one job).
+    current: Option<String>,
 }
 
 impl Renderer {
@@ -44,14 +47,17 @@ impl Renderer {
         cursor: StreamId,
     ) -> Self {
         let mut open = HashSet::new();
+        let mut current = None;
         if cursor.is_delta() {
             open.insert(reply_id(cursor.seq));
+            current = Some(reply_id(cursor.seq));
         }
         Self {
             task_id,
             context_id,
             state,
             open,
+            current,
         }
     }
 
@@ -63,7 +69,7 @@ impl Renderer {
     /// What a persisted event means to the client.
     pub fn event(&mut self, event: &Event) -> Vec<StreamResponse> {
         if let Some(text) = reply_text(event) {
-            let id = reply_id(event.seq - 1);
+            let id = self.current.take().unwrap_or_else(|| reply_id(event.seq));
             self.open.remove(&id);
             return vec![self.chunk(id, text, false, true)];
         }
@@ -102,6 +108,7 @@ impl Renderer {
         }
         let id = reply_id(after_seq);
         let append = !self.open.insert(id.clone());
+        self.current = Some(id.clone());
         vec![self.chunk(id, text, append, false)]
     }
 
@@ -179,13 +186,14 @@ mod tests {
             .collect();
         assert_eq!(appends, [false, true]);
         let whole = renderer.event(&event(
-            4,
+            7,
             EventKind::Message,
             json!({"role": "assistant", "content": "Hello"}),
         ));
         match &whole[0] {
             StreamResponse::ArtifactUpdate(a) => {
                 assert_eq!(a.artifact.artifact_id, "reply-3", "the chunks' artifact");
+                assert_eq!(a.artifact.parts[0].text.as_deref(), Some("Hello"));
                 assert!(
                     a.last_chunk && !a.append,
                     "the whole text replaces the chunks"
@@ -193,7 +201,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let done = renderer.event(&event(5, EventKind::JobState, state(JobStatus::Succeeded)));
+        let replayed = renderer.event(&event(
+            9,
+            EventKind::Message,
+            json!({"role": "assistant", "content": "Bye"}),
+        ));
+        assert!(
+            matches!(&replayed[0], StreamResponse::ArtifactUpdate(a) if a.artifact.artifact_id == "reply-9"),
+            "a reply without chunks is its own artifact"
+        );
+        let done = renderer.event(&event(10, EventKind::JobState, state(JobStatus::Succeeded)));
         assert!(
             matches!(&done[0], StreamResponse::ArtifactUpdate(a) if a.artifact.artifact_id == "result")
         );

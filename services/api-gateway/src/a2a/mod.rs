@@ -1,0 +1,83 @@
+//! A2A 1.0 (Agent2Agent protocol): the agent card, the JSON-RPC binding (`/a2a/v1`) and the
+//! HTTP+JSON binding (`/a2a/rest/...`), one set of operations under both (`ops.rs`), and
+//! streams that resume (`sse.rs`). The wire types and the mapping onto MAESTRO are
+//! `maestro_a2a`'s; `docs/a2a.md` is the user's guide.
+
+mod card;
+mod ops;
+mod rest;
+mod rpc;
+mod sse;
+mod version;
+
+use axum::Router;
+use axum::routing::{self, post};
+use maestro_a2a::map::Shape;
+use maestro_a2a::types::{SendMessageRequest, StreamResponse, Task, TaskIdRequest};
+use maestro_a2a::{A2aError, ErrorKind};
+
+use crate::state::AppState;
+use ops::Ctx;
+
+pub use card::{JSONRPC_PATH, REST_PATH};
+
+/// The A2A routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/.well-known/agent-card.json", routing::get(card::public))
+        .route(JSONRPC_PATH, post(rpc::handle))
+        .route("/a2a/rest/message:send", post(rest::send))
+        .route("/a2a/rest/message:stream", post(rest::stream))
+        .route("/a2a/rest/tasks", routing::get(rest::list))
+        .route(
+            "/a2a/rest/tasks/{*rest}",
+            routing::get(rest::on_task)
+                .post(rest::on_task)
+                .delete(rest::on_task),
+        )
+        .route(
+            "/a2a/rest/extendedAgentCard",
+            routing::get(rest::extended_card),
+        )
+}
+
+/// `SendMessage` (both bindings): the message's effect, then the task — at once with
+/// `returnImmediately`, else once it is over or waits for the client (at most
+/// `A2A_BLOCKING_TIMEOUT_MS`).
+async fn send_and_answer(
+    ctx: Ctx<'_>,
+    request: &SendMessageRequest,
+) -> Result<StreamResponse, A2aError> {
+    let sent = ops::send(ctx, request).await?;
+    let config = request.configuration.clone().unwrap_or_default();
+    let immediately = config.return_immediately || config.blocking == Some(false);
+    let shape = Shape {
+        history_length: ops::history_length(config.history_length)?,
+        include_artifacts: true,
+    };
+    let task = if immediately {
+        ops::task(ctx, sent.task_id, shape).await?
+    } else {
+        let limit = ctx.state.settings.a2a_blocking;
+        ops::settle(ctx, sent.task_id, limit, shape).await?
+    };
+    Ok(StreamResponse::Task(task))
+}
+
+/// `GetTask` (both bindings).
+async fn get(ctx: Ctx<'_>, request: &TaskIdRequest) -> Result<Task, A2aError> {
+    let task_id = ops::owned(ctx, &request.id).await?;
+    let shape = Shape {
+        history_length: ops::history_length(request.history_length)?,
+        include_artifacts: true,
+    };
+    ops::task(ctx, task_id, shape).await
+}
+
+/// Push notification configs, until the notifier delivers them.
+fn push_unsupported() -> A2aError {
+    A2aError::new(
+        ErrorKind::PushNotificationNotSupported,
+        "push notifications are not supported by this agent (see capabilities.pushNotifications)",
+    )
+}

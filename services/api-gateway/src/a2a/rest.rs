@@ -1,0 +1,255 @@
+//! The HTTP+JSON binding, under `/a2a/rest`: the spec's paths (`POST /message:send`,
+//! `POST /message:stream`, `GET /tasks`, `GET /tasks/{id}`, `POST /tasks/{id}:cancel`,
+//! `GET|POST /tasks/{id}:subscribe`, `/tasks/{id}/pushNotificationConfigs[/{cfg}]`,
+//! `GET /extendedAgentCard`). Answers are `application/a2a+json`; refusals are AIP-193
+//! error bodies whose `code` is the HTTP status; streams are SSE of bare `StreamResponse`s.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use maestro_a2a::types::{ListTasksRequest, SendMessageRequest, TaskIdRequest, TaskState};
+use maestro_a2a::{A2aError, ErrorKind};
+use maestro_domain::Owner;
+use serde::Serialize;
+
+use super::ops::{self, Ctx};
+use super::rpc::json_content;
+use super::sse::{self, Envelope, Until};
+use super::{card, version};
+use crate::state::AppState;
+
+type Params = Query<HashMap<String, String>>;
+
+/// A refusal as the HTTP+JSON binding says it.
+fn refuse(error: &A2aError) -> Response {
+    let status = StatusCode::from_u16(error.kind.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (status, axum::Json(error.to_rest())).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn ok(value: impl Serialize) -> Response {
+    let body = serde_json::to_vec(&value).unwrap_or_default();
+    ([(header::CONTENT_TYPE, "application/a2a+json")], body).into_response()
+}
+
+/// The caller of a request that speaks 1.0 (its version checked, its token known).
+fn caller(state: &AppState, headers: &HeaderMap, uri: &Uri) -> Result<Owner, Box<Response>> {
+    let asked = version::asked(headers, uri.query());
+    version::check(asked.as_deref(), maestro_a2a::jsonrpc::Dialect::V1).map_err(|e| refuse(&e))?;
+    crate::auth::owner(state, headers).map_err(|_| {
+        let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
+        let mut response = refuse(&error);
+        *response.status_mut() = StatusCode::UNAUTHORIZED;
+        Box::new(response)
+    })
+}
+
+/// A JSON body (an empty body is `{}` when `empty_ok`).
+fn body<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: &Bytes,
+    empty_ok: bool,
+) -> Result<T, A2aError> {
+    if bytes.is_empty() && empty_ok {
+        return serde_json::from_str("{}").map_err(|e| A2aError::invalid_params(e.to_string()));
+    }
+    if !json_content(headers) {
+        return Err(A2aError::new(
+            ErrorKind::ContentTypeNotSupported,
+            "send the body as application/json or application/a2a+json",
+        ));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| A2aError::invalid_params(format!("invalid body: {e}")))
+}
+
+/// `POST /message:send`
+pub async fn send(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    bytes: Bytes,
+) -> Response {
+    let owner = match caller(&state, &headers, &uri) {
+        Ok(owner) => owner,
+        Err(response) => return *response,
+    };
+    let ctx = Ctx {
+        state: &state,
+        owner: &owner,
+    };
+    let result = async {
+        let request: SendMessageRequest = body(&headers, &bytes, false)?;
+        super::send_and_answer(ctx, &request).await
+    };
+    match result.await {
+        Ok(answer) => ok(answer),
+        Err(error) => refuse(&error),
+    }
+}
+
+/// `POST /message:stream`
+pub async fn stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    bytes: Bytes,
+) -> Response {
+    let owner = match caller(&state, &headers, &uri) {
+        Ok(owner) => owner,
+        Err(response) => return *response,
+    };
+    let ctx = Ctx {
+        state: &state,
+        owner: &owner,
+    };
+    let result = async {
+        let request: SendMessageRequest = body(&headers, &bytes, false)?;
+        let sent = ops::send(ctx, &request).await?;
+        sse::open(ctx, sent.task_id, None, Envelope::Bare, Until::Interrupted).await
+    };
+    match result.await {
+        Ok(stream) => stream.into_response(),
+        Err(error) => refuse(&error),
+    }
+}
+
+/// `GET /tasks`
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Query(params): Params,
+) -> Response {
+    let owner = match caller(&state, &headers, &uri) {
+        Ok(owner) => owner,
+        Err(response) => return *response,
+    };
+    let ctx = Ctx {
+        state: &state,
+        owner: &owner,
+    };
+    let result = async {
+        let request = list_request(&params)?;
+        ops::list(ctx, &request).await
+    };
+    match result.await {
+        Ok(page) => ok(page),
+        Err(error) => refuse(&error),
+    }
+}
+
+fn list_request(params: &HashMap<String, String>) -> Result<ListTasksRequest, A2aError> {
+    let int = |key: &str| {
+        params
+            .get(key)
+            .map(|v| {
+                v.parse::<i32>()
+                    .map_err(|_| A2aError::invalid_params(format!("{key} is a number")))
+            })
+            .transpose()
+    };
+    let status = params
+        .get("status")
+        .map(|s| {
+            TaskState::parse(s)
+                .ok_or_else(|| A2aError::invalid_params(format!("unknown status {s}")))
+        })
+        .transpose()?;
+    let after = params
+        .get("statusTimestampAfter")
+        .map(|t| {
+            DateTime::parse_from_rfc3339(t)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| A2aError::invalid_params("statusTimestampAfter is an RFC 3339 time"))
+        })
+        .transpose()?;
+    Ok(ListTasksRequest {
+        tenant: None,
+        context_id: params.get("contextId").cloned(),
+        status,
+        page_size: int("pageSize")?,
+        page_token: params.get("pageToken").cloned(),
+        history_length: int("historyLength")?,
+        status_timestamp_after: after,
+        include_artifacts: params.get("includeArtifacts").map(|v| v == "true"),
+    })
+}
+
+/// `GET /extendedAgentCard`
+pub async fn extended_card(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    match caller(&state, &headers, &uri) {
+        Ok(_) => ok(card::card(&state, &card::base_url(&state, &headers))),
+        Err(response) => *response,
+    }
+}
+
+/// Everything under `/tasks/{...}`: a task, its cancel and subscribe verbs, its push configs.
+pub async fn on_task(
+    State(state): State<AppState>,
+    method: Method,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(rest): Path<String>,
+    Query(params): Params,
+) -> Response {
+    let owner = match caller(&state, &headers, &uri) {
+        Ok(owner) => owner,
+        Err(response) => return *response,
+    };
+    let ctx = Ctx {
+        state: &state,
+        owner: &owner,
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    let result = match (&method, segments.as_slice()) {
+        (&Method::GET, [id]) if !id.contains(':') => {
+            let history = params.get("historyLength").map(|h| h.parse::<i32>());
+            let history_length = match history.transpose() {
+                Ok(h) => h,
+                Err(_) => return refuse(&A2aError::invalid_params("historyLength is a number")),
+            };
+            let request = TaskIdRequest {
+                tenant: None,
+                id: (*id).to_owned(),
+                history_length,
+                metadata: None,
+            };
+            super::get(ctx, &request).await.map(ok)
+        }
+        (&Method::POST, [verb]) if verb.ends_with(":cancel") => {
+            let id = verb.trim_end_matches(":cancel");
+            ops::cancel(ctx, id).await.map(ok)
+        }
+        (&Method::GET | &Method::POST, [verb]) if verb.ends_with(":subscribe") => {
+            let id = verb.trim_end_matches(":subscribe");
+            let cursor = params.get("lastEventId").cloned().or_else(|| {
+                headers
+                    .get("last-event-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            });
+            super::rpc::subscribe(ctx, id, cursor, Envelope::Bare)
+                .await
+                .map(IntoResponse::into_response)
+        }
+        (_, [_, "pushNotificationConfigs", ..]) => Err(super::push_unsupported()),
+        _ => Err(A2aError::new(
+            ErrorKind::MethodNotFound,
+            format!("no A2A operation at {method} /tasks/{rest}"),
+        )),
+    };
+    result.unwrap_or_else(|error| refuse(&error))
+}

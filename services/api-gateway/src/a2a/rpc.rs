@@ -1,0 +1,210 @@
+//! The JSON-RPC binding: `POST /a2a/v1`, one JSON-RPC 2.0 request per call. Answers are HTTP
+//! 200 with a result or an error object (the SDKs read the code from the body), except a
+//! missing or unknown bearer token (401). Streaming methods answer with SSE, every event a
+//! JSON-RPC response carrying the request's id; a refusal before the first event is a plain
+//! JSON answer.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use maestro_a2a::jsonrpc::{self, Dialect, Method};
+use maestro_a2a::types::{ListTasksRequest, SendMessageRequest, TaskIdRequest};
+use maestro_a2a::{A2aError, ErrorKind};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::ops::{self, Ctx};
+use super::sse::{self, Cursor, Envelope, Until};
+use super::{card, version};
+use crate::state::AppState;
+
+/// `POST /a2a/v1`
+pub async fn handle(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    if !json_content(&headers) {
+        let error = A2aError::new(
+            ErrorKind::ContentTypeNotSupported,
+            "send the request as application/json",
+        );
+        return answer(jsonrpc::error(&Value::Null, &error, Dialect::V1));
+    }
+    let request = match jsonrpc::parse(&body) {
+        Ok(request) => request,
+        Err((id, error)) => return answer(jsonrpc::error(&id, &error, Dialect::V1)),
+    };
+    let id = request.id.clone();
+    let Some((method, dialect)) = Method::parse(&request.method) else {
+        let error = A2aError::new(
+            ErrorKind::MethodNotFound,
+            format!("Method not found: {}", request.method),
+        );
+        return answer(jsonrpc::error(&id, &error, Dialect::V1));
+    };
+    let asked = version::asked(&headers, uri.query());
+    if let Err(error) = version::check(asked.as_deref(), dialect) {
+        return answer(jsonrpc::error(&id, &error, dialect));
+    }
+    let owner = match crate::auth::owner(&state, &headers) {
+        Ok(owner) => owner,
+        Err(_) => {
+            let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
+            let body = jsonrpc::error(&id, &error, dialect);
+            return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+        }
+    };
+    if dialect == Dialect::V03 {
+        let error = A2aError::new(
+            ErrorKind::MethodNotFound,
+            format!(
+                "the 0.3 method {} is not served yet; use the 1.0 names with A2A-Version: 1.0",
+                request.method
+            ),
+        );
+        return answer(jsonrpc::error(&id, &error, dialect));
+    }
+    let ctx = Ctx {
+        state: &state,
+        owner: &owner,
+    };
+    let base = card::base_url(&state, &headers);
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let call = Call {
+        ctx,
+        id: &id,
+        params: request.params,
+        base: &base,
+        last_event_id,
+    };
+    match call.dispatch(method).await {
+        Ok(Outcome::Unary(result)) => answer(jsonrpc::result(&id, result)),
+        Ok(Outcome::Stream(stream)) => stream.into_response(),
+        Err(error) => answer(jsonrpc::error(&id, &error, dialect)),
+    }
+}
+
+/// Whether the body is declared as JSON (`application/json` or `application/a2a+json`).
+pub fn json_content(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim)
+        .is_some_and(|v| v == "application/json" || v == "application/a2a+json")
+}
+
+fn answer(body: Value) -> Response {
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+/// What a method answers.
+enum Outcome {
+    Unary(Value),
+    Stream(crate::stream::SseStream),
+}
+
+/// One JSON-RPC call of a caller.
+struct Call<'a> {
+    ctx: Ctx<'a>,
+    id: &'a Value,
+    params: Value,
+    base: &'a str,
+    last_event_id: Option<String>,
+}
+
+impl Call<'_> {
+    fn params<T: DeserializeOwned>(&self) -> Result<T, A2aError> {
+        serde_json::from_value(self.params.clone())
+            .map_err(|e| A2aError::invalid_params(format!("invalid params: {e}")))
+    }
+
+    async fn dispatch(self, method: Method) -> Result<Outcome, A2aError> {
+        let ctx = self.ctx;
+        let value = match method {
+            Method::SendMessage => {
+                let request: SendMessageRequest = self.params()?;
+                to_value(super::send_and_answer(ctx, &request).await?)
+            }
+            Method::SendStreamingMessage => {
+                let request: SendMessageRequest = self.params()?;
+                let sent = ops::send(ctx, &request).await?;
+                let envelope = Envelope::JsonRpc(self.id.clone());
+                let stream = sse::open(ctx, sent.task_id, None, envelope, Until::Interrupted);
+                return Ok(Outcome::Stream(stream.await?));
+            }
+            Method::GetTask => {
+                let request: TaskIdRequest = self.params()?;
+                to_value(super::get(ctx, &request).await?)
+            }
+            Method::ListTasks => {
+                let request: ListTasksRequest = self.params()?;
+                to_value(ops::list(ctx, &request).await?)
+            }
+            Method::CancelTask => {
+                let request: TaskIdRequest = self.params()?;
+                to_value(ops::cancel(ctx, &request.id).await?)
+            }
+            Method::SubscribeToTask => {
+                let request: TaskIdRequest = self.params()?;
+                let cursor = self
+                    .params
+                    .get("lastEventId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or(self.last_event_id.clone());
+                let envelope = Envelope::JsonRpc(self.id.clone());
+                return Ok(Outcome::Stream(
+                    subscribe(ctx, &request.id, cursor, envelope).await?,
+                ));
+            }
+            Method::GetExtendedAgentCard => to_value(card::card(ctx.state, self.base)),
+            Method::CreatePushConfig
+            | Method::GetPushConfig
+            | Method::ListPushConfigs
+            | Method::DeletePushConfig => return Err(super::push_unsupported()),
+        };
+        Ok(Outcome::Unary(value))
+    }
+}
+
+/// `SubscribeToTask` (both bindings): the task's stream from a fresh snapshot, or resumed
+/// after `cursor`. A finished task has nothing to subscribe to, unless the client resumes.
+pub async fn subscribe(
+    ctx: Ctx<'_>,
+    raw: &str,
+    cursor: Option<String>,
+    envelope: Envelope,
+) -> Result<crate::stream::SseStream, A2aError> {
+    let task_id = ops::owned(ctx, raw).await?;
+    let cursor = cursor
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(Cursor::parse)
+        .transpose()?;
+    if cursor.is_none() {
+        let record = ops::record(ctx, task_id).await?;
+        let over = record
+            .latest_job
+            .as_ref()
+            .is_some_and(|j| j.status.is_terminal());
+        if over {
+            return Err(A2aError::unsupported(format!(
+                "Task {task_id} is in a terminal state; there is nothing to subscribe to"
+            )));
+        }
+    }
+    sse::open(ctx, task_id, cursor, envelope, Until::Over).await
+}
+
+fn to_value(value: impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
