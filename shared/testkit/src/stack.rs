@@ -321,6 +321,13 @@ impl Stack {
         self.workspaces.join(task_id.to_string())
     }
 
+    /// The A2A bindings as alice (`bob`: as bob).
+    pub fn a2a(&self, bob: bool) -> crate::a2a::A2a {
+        let token = if bob { &self.other_token } else { &self.token };
+        let base = self.gateway.as_deref().expect("the api-gateway is running");
+        crate::a2a::A2a::new(self.http.clone(), base, token)
+    }
+
     /// The API as bob (another owner) sees it.
     pub fn bob(&self) -> Client {
         self.client_as(&self.other_token)

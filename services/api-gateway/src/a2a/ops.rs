@@ -170,13 +170,11 @@ async fn create(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<Sent, A2aE
         None => settings.selection.piece().to_owned(),
     };
     validate::piece(settings, &piece, None).map_err(from_api)?;
-    let context = message
-        .context_id
-        .clone()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(maestro_db::a2a::new_context);
+    let given = message.context_id.clone().filter(|c| !c.is_empty());
     let key = format!("a2a:{}", message.message_id);
-    let hash = validate::request_hash(&["a2a", &instruction, &piece, &context]);
+    let hash =
+        validate::request_hash(&["a2a", &instruction, &piece, given.as_deref().unwrap_or("")]);
+    let context = given.unwrap_or_else(maestro_db::a2a::new_context);
     let (task_id, job_id) = (TaskId::new(), JobId::new());
     let new = NewTask {
         id: task_id,

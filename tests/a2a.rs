@@ -1,0 +1,598 @@
+//! A2A 1.0 end to end, over raw HTTP as any client would speak it (the official SDKs' own
+//! runs are `a2a_sdk.rs`): the agent card; a message that becomes a task and reads back;
+//! questions and tool approvals answered through `input-required`; every error the spec
+//! names, each writing nothing; the HTTP+JSON binding; cancel; the Continue extension; and
+//! streams that resume after any event — hundreds of reconnects, nothing lost or repeated.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use maestro_testkit::a2a::{A2a, message};
+use maestro_testkit::script::{call, complete, turn};
+use maestro_testkit::{Next, SseItem, Stack, StackOptions};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// Writing needs a person's approval (not in the allowed tools).
+const POLICY: &str = r#"{"allowed_tools": ["read_file", "list_files", "glob", "grep"]}"#;
+
+/// `turns` turns of streamed text and a read, then `complete`.
+fn slow(turns: usize) -> Vec<Value> {
+    let mut script: Vec<Value> = (0..turns)
+        .map(|i| {
+            json!({"text": format!("Step {i}: looking further."), "chunk_chars": 2, "chunk_delay_ms": 8,
+                   "tool_calls": [{"name": "glob", "arguments": {"pattern": format!("s{i}/*")}}]})
+        })
+        .collect();
+    script.push(complete("worked slowly"));
+    script
+}
+
+async fn stack() -> Stack {
+    let scenarios = json!({"scenarios": [
+        {"name": "answered", "match": "ask me", "after": "The user answered", "turns": [complete("blue it is")]},
+        {"name": "ask", "match": "ask me", "turns": [
+            turn(&[call("complete", json!({"result": "Which colour?", "status": "needs_user_input"}))])
+        ]},
+        {"name": "continued", "match": "finish now", "after": "carry on", "turns": [complete("carried on")]},
+        {"name": "finish", "match": "finish now", "turns": [
+            {"text": "Done already.", "tool_calls": [{"name": "complete", "arguments": {"result": "finished"}}]}
+        ]},
+        {"name": "write", "match": "write the note", "turns": [
+            turn(&[call("write_file", json!({"path": "note.txt", "content": "hi\n"}))]),
+            complete("note written")
+        ]},
+        {"name": "slow", "match": "slow work", "turns": slow(25)}
+    ]});
+    Stack::up(StackOptions::new(scenarios).policy(POLICY)).await
+}
+
+async fn count_tasks(stack: &Stack) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM tasks")
+        .fetch_one(&stack.db.pool)
+        .await
+        .expect("count")
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_names_the_bindings_and_is_cached() {
+    let stack = stack().await;
+    let url = stack.url("/.well-known/agent-card.json");
+    let response = stack.http.get(&url).send().await.expect("card");
+    assert_eq!(response.status(), 200, "no auth needed");
+    let etag = response.headers()["etag"]
+        .to_str()
+        .expect("etag")
+        .to_owned();
+    let cache = response.headers()["cache-control"]
+        .to_str()
+        .expect("cache")
+        .to_owned();
+    assert!(cache.contains("max-age="), "{cache}");
+    let card: Value = response.json().await.expect("json");
+    let interfaces = card["supportedInterfaces"].as_array().expect("interfaces");
+    let bindings: Vec<&str> = interfaces
+        .iter()
+        .map(|i| i["protocolBinding"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(bindings, ["JSONRPC", "HTTP+JSON"]);
+    assert!(interfaces.iter().all(|i| i["protocolVersion"] == "1.0"));
+    assert!(
+        interfaces[0]["url"]
+            .as_str()
+            .expect("url")
+            .ends_with("/a2a/v1")
+    );
+    assert_eq!(card["capabilities"]["streaming"], true);
+    let skills: Vec<&str> = card["skills"]
+        .as_array()
+        .expect("skills")
+        .iter()
+        .map(|s| s["id"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        skills.contains(&"chat") && skills.contains(&"coding") && skills.contains(&"auto"),
+        "{skills:?}"
+    );
+    assert_eq!(
+        card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
+        "Bearer"
+    );
+    let again = stack
+        .http
+        .get(&url)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .expect("card");
+    assert_eq!(again.status(), 304, "unchanged");
+    let extended = stack
+        .a2a(false)
+        .result("GetExtendedAgentCard", json!({}))
+        .await;
+    assert_eq!(extended["name"], "MAESTRO");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_becomes_a_task_that_completes_and_reads_back() {
+    let stack = stack().await;
+    let a2a = stack.a2a(false);
+    let sent = a2a
+        .result("SendMessage", message("m-1", "finish now, please"))
+        .await;
+    let task = &sent["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{sent}");
+    let id = task["id"].as_str().expect("id").to_owned();
+    let context = task["contextId"]
+        .as_str()
+        .expect("a context is made")
+        .to_owned();
+    assert_eq!(task["artifacts"][0]["artifactId"], "result");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "finished");
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "finished");
+    let history = task["history"].as_array().expect("history");
+    assert_eq!(history[0]["messageId"], "m-1");
+    assert_eq!(history[0]["role"], "ROLE_USER");
+    assert!(
+        history
+            .iter()
+            .any(|m| m["role"] == "ROLE_AGENT" && m["parts"][0]["text"] == "Done already.")
+    );
+
+    // The same message again is the same task.
+    let before = count_tasks(&stack).await;
+    let again = a2a
+        .result("SendMessage", message("m-1", "finish now, please"))
+        .await;
+    assert_eq!(again["task"]["id"], id.as_str());
+    assert_eq!(count_tasks(&stack).await, before, "no second task");
+
+    let got = a2a
+        .result("GetTask", json!({"id": id, "historyLength": 0}))
+        .await;
+    assert_eq!(state(&got), "TASK_STATE_COMPLETED");
+    assert!(
+        got.get("history").is_none(),
+        "historyLength 0 leaves the history out"
+    );
+
+    // Another task in the same context, and lists by context, state and page.
+    let mut second = message("m-2", "finish now, too");
+    second["message"]["contextId"] = json!(context);
+    let second = a2a.result("SendMessage", second).await;
+    assert_eq!(second["task"]["contextId"], context.as_str());
+    a2a.result("SendMessage", message("m-3", "finish now, elsewhere"))
+        .await;
+    let in_context = a2a.result("ListTasks", json!({"contextId": context})).await;
+    assert_eq!(in_context["totalSize"], 2);
+    assert_eq!(in_context["nextPageToken"], "");
+    assert!(
+        in_context["tasks"][0].get("artifacts").is_none(),
+        "no artifacts unless asked"
+    );
+    let first_page = a2a
+        .result(
+            "ListTasks",
+            json!({"pageSize": 2, "status": "TASK_STATE_COMPLETED"}),
+        )
+        .await;
+    assert_eq!(
+        (
+            first_page["totalSize"].as_i64(),
+            first_page["tasks"].as_array().map(Vec::len)
+        ),
+        (Some(3), Some(2))
+    );
+    let token = first_page["nextPageToken"].as_str().expect("a next page");
+    let second_page = a2a
+        .result(
+            "ListTasks",
+            json!({"pageSize": 2, "pageToken": token, "status": "TASK_STATE_COMPLETED"}),
+        )
+        .await;
+    assert_eq!(second_page["tasks"].as_array().map(Vec::len), Some(1));
+    assert_eq!(second_page["nextPageToken"], "");
+    let working = a2a
+        .result("ListTasks", json!({"status": "TASK_STATE_WORKING"}))
+        .await;
+    assert_eq!(working["totalSize"], 0);
+
+    // The REST binding reads the same task.
+    let (status, rest) = a2a
+        .rest(Method::GET, &format!("/tasks/{id}?historyLength=1"), None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(rest["history"].as_array().map(Vec::len), Some(1));
+    let (status, sent) = a2a
+        .rest(
+            Method::POST,
+            "/message:send",
+            Some(message("m-4", "finish now, by REST")),
+        )
+        .await;
+    assert_eq!(
+        (status, state(&sent["task"])),
+        (200, "TASK_STATE_COMPLETED")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_and_approvals_are_answered_through_input_required() {
+    let stack = stack().await;
+    let a2a = stack.a2a(false);
+    let asked = a2a
+        .result("SendMessage", message("q-1", "ask me something"))
+        .await;
+    let task = &asked["task"];
+    assert_eq!(state(task), "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    assert_eq!(
+        task["status"]["message"]["parts"][0]["text"],
+        "Which colour?"
+    );
+    let id = task["id"].as_str().expect("id");
+    let mut answer = message("q-2", "Blue.");
+    answer["message"]["taskId"] = json!(id);
+    let answered = a2a.result("SendMessage", answer).await;
+    assert_eq!(
+        state(&answered["task"]),
+        "TASK_STATE_COMPLETED",
+        "{answered}"
+    );
+    assert_eq!(
+        answered["task"]["artifacts"][0]["parts"][0]["text"],
+        "blue it is"
+    );
+    let users: Vec<&str> = answered["task"]["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter(|m| m["role"] == "ROLE_USER")
+        .map(|m| m["messageId"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(users, ["q-1", "q-2"]);
+
+    // A tool call that needs approval: the item is in the status message's data part.
+    let waiting = a2a
+        .result("SendMessage", message("w-1", "write the note"))
+        .await;
+    let task = &waiting["task"];
+    assert_eq!(state(task), "TASK_STATE_INPUT_REQUIRED", "{waiting}");
+    let items = &task["status"]["message"]["parts"][1]["data"]["requiredActions"];
+    let rid = items[0]["id"].as_str().expect("an item").to_owned();
+    let id = task["id"].as_str().expect("id").to_owned();
+    let decide = |message_id: &str, rid: &str| {
+        json!({"message": {"messageId": message_id, "role": "ROLE_USER", "taskId": id,
+               "parts": [{"data": {"decisions": [{"requiredActionId": rid, "decision": "approve"}]}}]}})
+    };
+    let unknown = a2a
+        .rpc(
+            "SendMessage",
+            decide("w-2", &uuid::Uuid::now_v7().to_string()),
+        )
+        .await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let still = a2a.result("GetTask", json!({"id": id})).await;
+    assert_eq!(
+        state(&still),
+        "TASK_STATE_INPUT_REQUIRED",
+        "nothing changed"
+    );
+    let text = {
+        let mut m = message("w-3", "just do it");
+        m["message"]["taskId"] = json!(id);
+        a2a.rpc("SendMessage", m).await
+    };
+    assert_eq!(
+        text["error"]["code"], -32602,
+        "a decision is pending: {text}"
+    );
+    let approved = a2a.result("SendMessage", decide("w-4", &rid)).await;
+    assert_eq!(
+        state(&approved["task"]),
+        "TASK_STATE_COMPLETED",
+        "{approved}"
+    );
+    let written = std::fs::read_to_string(stack.workspace(&id).join("note.txt")).expect("written");
+    assert_eq!(written, "hi\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_has_the_spec_code_and_writes_nothing() {
+    let stack = stack().await;
+    let a2a = stack.a2a(false);
+    let done = a2a
+        .result("SendMessage", message("e-1", "finish now"))
+        .await;
+    let done_id = done["task"]["id"].as_str().expect("id").to_owned();
+    let before = count_tasks(&stack).await;
+    let url = stack.url("/a2a/v1");
+    let raw = |body: &'static str, version: Option<&'static str>, content_type: &'static str| {
+        let mut request = stack
+            .http
+            .post(&url)
+            .bearer_auth(&stack.token)
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(v) = version {
+            request = request.header("a2a-version", v);
+        }
+        async move {
+            let response = request.send().await.expect("answer");
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let get = r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#;
+    let cases: Vec<(&str, (u16, Value), i64)> = vec![
+        (
+            "no A2A-Version means 0.3",
+            raw(get, None, "application/json").await,
+            -32009,
+        ),
+        (
+            "an unknown version",
+            raw(get, Some("99.0"), "application/json").await,
+            -32009,
+        ),
+        (
+            "not JSON",
+            raw("{oops", Some("1.0"), "application/json").await,
+            -32700,
+        ),
+        (
+            "not a JSON content type",
+            raw(get, Some("1.0"), "text/plain").await,
+            -32005,
+        ),
+        (
+            "an unknown method",
+            raw(
+                r#"{"jsonrpc":"2.0","id":1,"method":"Nope"}"#,
+                Some("1.0"),
+                "application/json",
+            )
+            .await,
+            -32601,
+        ),
+        (
+            "a batch",
+            raw("[]", Some("1.0"), "application/json").await,
+            -32600,
+        ),
+    ];
+    for (what, (status, answer), code) in cases {
+        assert_eq!(status, 200, "{what}: JSON-RPC errors are HTTP 200");
+        assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+    }
+    let stranger = A2a::new(stack.http.clone(), &stack.url(""), "wrong-token-123");
+    let (status, _) = stranger
+        .rpc_with("GetTask", json!({"id": done_id}), &[])
+        .await;
+    assert_eq!(status, 401);
+    let bob = stack.a2a(true);
+    let calls: Vec<(&str, Value, i64)> = vec![
+        ("a task that does not exist", a2a.rpc("GetTask", json!({"id": uuid::Uuid::now_v7()})).await, -32001),
+        ("someone else's task", bob.rpc("GetTask", json!({"id": done_id})).await, -32001),
+        ("missing params", a2a.rpc("SendMessage", json!({})).await, -32602),
+        ("a message from the agent", a2a.rpc("SendMessage", json!({"message": {"messageId": "x", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}})).await, -32602),
+        ("inline bytes", a2a.rpc("SendMessage", json!({"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"raw": "aGk=", "mediaType": "image/png"}]}})).await, -32005),
+        ("an empty instruction", a2a.rpc("SendMessage", message("x", "   ")).await, -32602),
+        ("an unknown skill", a2a.rpc("SendMessage", json!({"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"text": "hi"}]}, "metadata": {"skill": "nope"}})).await, -32602),
+        ("a message to a finished task", a2a.rpc("SendMessage", json!({"message": {"messageId": "x", "role": "ROLE_USER", "taskId": done_id, "parts": [{"text": "more"}]}})).await, -32004),
+        ("a context that is not the task's", a2a.rpc("SendMessage", json!({"message": {"messageId": "x", "role": "ROLE_USER", "taskId": done_id, "contextId": "other", "parts": [{"text": "more"}]}})).await, -32602),
+        ("cancelling a finished task", a2a.rpc("CancelTask", json!({"id": done_id})).await, -32002),
+        ("subscribing to a finished task", a2a.rpc("SubscribeToTask", json!({"id": done_id})).await, -32004),
+        ("push notification configs", a2a.rpc("ListTaskPushNotificationConfigs", json!({"taskId": done_id})).await, -32003),
+        ("a negative history length", a2a.rpc("GetTask", json!({"id": done_id, "historyLength": -1})).await, -32602),
+        ("a page size out of range", a2a.rpc("ListTasks", json!({"pageSize": 1000})).await, -32602),
+        ("a page token not given out", a2a.rpc("ListTasks", json!({"pageToken": "nope"})).await, -32602),
+    ];
+    for (what, answer, code) in calls {
+        assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+        assert_eq!(
+            answer["error"]["data"][0]["domain"], "a2a-protocol.org",
+            "{what}"
+        );
+    }
+    let (status, body) = a2a
+        .rest(
+            Method::GET,
+            &format!("/tasks/{}", uuid::Uuid::now_v7()),
+            None,
+        )
+        .await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!(404)));
+    assert_eq!(body["error"]["details"][0]["reason"], "TASK_NOT_FOUND");
+    let (status, body) = a2a
+        .rest(Method::POST, &format!("/tasks/{done_id}:cancel"), None)
+        .await;
+    assert_eq!(
+        (status, &body["error"]["details"][0]["reason"]),
+        (400, &json!("TASK_NOT_CANCELABLE"))
+    );
+    assert_eq!(count_tasks(&stack).await, before, "no refusal wrote a task");
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&stack.db.pool)
+        .await
+        .expect("count");
+    assert_eq!(jobs, before, "nor a job");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_task_is_canceled_and_its_subscribers_see_it() {
+    let stack = stack().await;
+    let a2a = stack.a2a(false);
+    let mut params = message("c-1", "slow work");
+    params["configuration"] = json!({"returnImmediately": true});
+    let sent = a2a.result("SendMessage", params).await;
+    let id = sent["task"]["id"].as_str().expect("id").to_owned();
+    assert!(
+        matches!(
+            state(&sent["task"]),
+            "TASK_STATE_SUBMITTED" | "TASK_STATE_WORKING"
+        ),
+        "{sent}"
+    );
+    let mut subscription = a2a.stream("SubscribeToTask", json!({"id": id}), None).await;
+    let Next::Item(first) = subscription.next_or_end(Duration::from_secs(10)).await else {
+        panic!("a snapshot first");
+    };
+    assert!(
+        first.data["result"]["task"]["id"] == id.as_str(),
+        "{first:?}"
+    );
+    let canceled = a2a.result("CancelTask", json!({"id": id})).await;
+    assert_eq!(state(&canceled), "TASK_STATE_CANCELED");
+    let rest = subscription.to_end(Duration::from_secs(20)).await;
+    let last = rest.last().expect("events");
+    assert_eq!(
+        last.data["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{last:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_with_the_continue_extension_carries_a_finished_task_on() {
+    let stack = stack().await;
+    let a2a = stack.a2a(false);
+    let done = a2a
+        .result("SendMessage", message("k-1", "finish now"))
+        .await;
+    let id = done["task"]["id"].as_str().expect("id");
+    let more = json!({"message": {"messageId": "k-2", "role": "ROLE_USER", "taskId": id,
+                      "parts": [{"text": "carry on with it"}], "metadata": {"maestro/continue": true}}});
+    let continued = a2a.result("SendMessage", more.clone()).await;
+    assert_eq!(
+        state(&continued["task"]),
+        "TASK_STATE_COMPLETED",
+        "{continued}"
+    );
+    assert_eq!(
+        continued["task"]["artifacts"][0]["parts"][0]["text"],
+        "carried on"
+    );
+    let again = a2a.result("SendMessage", more).await;
+    assert_eq!(
+        again["task"]["id"], id,
+        "the same message again changes nothing"
+    );
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&stack.db.pool)
+        .await
+        .expect("count");
+    assert_eq!(jobs, 2);
+}
+
+/// Items of a stream without the snapshots (which have no id).
+fn events(items: &[SseItem]) -> Vec<&SseItem> {
+    items.iter().filter(|i| !i.id.is_empty()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_resumed_after_hundreds_of_disconnects_loses_and_repeats_nothing() {
+    let stack = stack().await;
+    let a2a = stack.a2a(false);
+    // The reference: one client streams the task start to end without a break.
+    let mut reference = a2a
+        .stream("SendStreamingMessage", message("r-1", "slow work"), None)
+        .await;
+    let Next::Item(snapshot) = reference.next_or_end(Duration::from_secs(10)).await else {
+        panic!("a snapshot first");
+    };
+    let id = snapshot.data["result"]["task"]["id"]
+        .as_str()
+        .expect("task")
+        .to_owned();
+    // Another reconnects after every few events, resuming after the last id it got.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut random = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut got: Vec<SseItem> = Vec::new();
+    let mut reconnects = 0;
+    // From the very start: every event of the task.
+    let mut last: Option<String> = Some("0".to_owned());
+    'outer: loop {
+        let mut stream = a2a
+            .stream("SubscribeToTask", json!({"id": id}), last.as_deref())
+            .await;
+        reconnects += 1;
+        let take = 1 + random(2);
+        let mut taken = 0;
+        loop {
+            match stream.next_or_end(Duration::from_secs(20)).await {
+                Next::Item(item) if item.id.is_empty() => continue,
+                Next::Item(item) => {
+                    last = Some(item.id.clone());
+                    got.push(item);
+                    taken += 1;
+                    if taken == take {
+                        break;
+                    }
+                }
+                Next::End => break 'outer,
+                Next::Timeout => panic!("the stream stalled after {} events", got.len()),
+            }
+        }
+    }
+    let all = reference.to_end(Duration::from_secs(60)).await;
+    let ids: Vec<&str> = got.iter().map(|i| i.id.as_str()).collect();
+    let unique: BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "no event twice");
+    // Persisted events' ids (`<seq>` or `<seq>/<k>`), from the reference's first on.
+    let persisted = |items: Vec<&SseItem>| -> Vec<(i64, u32)> {
+        items
+            .into_iter()
+            .filter(|i| !i.id.contains('.'))
+            .map(|i| {
+                let (seq, sub) = i.id.split_once('/').unwrap_or((&i.id, "0"));
+                (seq.parse().expect("seq"), sub.parse().expect("sub"))
+            })
+            .collect()
+    };
+    let expected = persisted(events(&all));
+    let from = expected.first().copied().expect("the reference got events");
+    let resumed: Vec<(i64, u32)> = persisted(got.iter().collect())
+        .into_iter()
+        .filter(|id| *id >= from)
+        .collect();
+    assert_eq!(
+        resumed, expected,
+        "every event the uninterrupted client got, in order, after {reconnects} reconnects"
+    );
+    assert!(
+        reconnects >= 100,
+        "the task ran long enough for many reconnects: {reconnects}"
+    );
+    let last = got.last().expect("events");
+    assert_eq!(
+        last.data["result"]["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let replies = |items: &[SseItem]| -> Vec<String> {
+        items
+            .iter()
+            .filter(|i| i.data["result"]["artifactUpdate"]["lastChunk"] == true)
+            .map(|i| {
+                i.data["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(
+        replies(&got),
+        replies(&all),
+        "every reply's whole text, as the reference got it"
+    );
+}
