@@ -7,44 +7,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use maestro_testkit::a2a::{A2a, message};
-use maestro_testkit::script::{call, complete, turn};
+use maestro_testkit::a2a::{self, A2a, message};
 use maestro_testkit::{Next, SseItem, Stack, StackOptions};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-/// Writing needs a person's approval (not in the allowed tools).
-const POLICY: &str = r#"{"allowed_tools": ["read_file", "list_files", "glob", "grep"]}"#;
-
-/// `turns` turns of streamed text and a read, then `complete`.
-fn slow(turns: usize) -> Vec<Value> {
-    let mut script: Vec<Value> = (0..turns)
-        .map(|i| {
-            json!({"text": format!("Step {i}: looking further."), "chunk_chars": 2, "chunk_delay_ms": 8,
-                   "tool_calls": [{"name": "glob", "arguments": {"pattern": format!("s{i}/*")}}]})
-        })
-        .collect();
-    script.push(complete("worked slowly"));
-    script
-}
-
 async fn stack() -> Stack {
-    let scenarios = json!({"scenarios": [
-        {"name": "answered", "match": "ask me", "after": "The user answered", "turns": [complete("blue it is")]},
-        {"name": "ask", "match": "ask me", "turns": [
-            turn(&[call("complete", json!({"result": "Which colour?", "status": "needs_user_input"}))])
-        ]},
-        {"name": "continued", "match": "finish now", "after": "carry on", "turns": [complete("carried on")]},
-        {"name": "finish", "match": "finish now", "turns": [
-            {"text": "Done already.", "tool_calls": [{"name": "complete", "arguments": {"result": "finished"}}]}
-        ]},
-        {"name": "write", "match": "write the note", "turns": [
-            turn(&[call("write_file", json!({"path": "note.txt", "content": "hi\n"}))]),
-            complete("note written")
-        ]},
-        {"name": "slow", "match": "slow work", "turns": slow(25)}
-    ]});
-    Stack::up(StackOptions::new(scenarios).policy(POLICY)).await
+    Stack::up(StackOptions::new(a2a::scenarios()).policy(a2a::POLICY)).await
 }
 
 async fn count_tasks(stack: &Stack) -> i64 {

@@ -5,6 +5,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::SseClient;
+use crate::script::{call, complete, turn};
 
 /// One owner's A2A client.
 #[derive(Debug, Clone)]
@@ -109,4 +110,41 @@ impl A2a {
 /// A user's text message for `SendMessage`'s params.
 pub fn message(message_id: &str, text: &str) -> Value {
     json!({"message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}})
+}
+
+/// The tasks' policy of the A2A tests: writing needs a person's approval (it is not among the
+/// allowed tools).
+pub const POLICY: &str = r#"{"allowed_tools": ["read_file", "list_files", "glob", "grep"]}"#;
+
+/// `turns` turns of slowly streamed text and a read each, then `complete`.
+fn slow(turns: usize) -> Vec<Value> {
+    let mut script: Vec<Value> = (0..turns)
+        .map(|i| {
+            json!({"text": format!("Step {i}: looking further."), "chunk_chars": 2, "chunk_delay_ms": 8,
+                   "tool_calls": [{"name": "glob", "arguments": {"pattern": format!("s{i}/*")}}]})
+        })
+        .collect();
+    script.push(complete("worked slowly"));
+    script
+}
+
+/// What the A2A tests' tasks do, by instruction: `finish now` completes at once, `ask me`
+/// asks a question (and completes once answered), `write the note` waits for a tool approval,
+/// `slow work` streams for a few seconds; a Continue (`carry on`) completes.
+pub fn scenarios() -> Value {
+    json!({"scenarios": [
+        {"name": "answered", "match": "ask me", "after": "The user answered", "turns": [complete("blue it is")]},
+        {"name": "ask", "match": "ask me", "turns": [
+            turn(&[call("complete", json!({"result": "Which colour?", "status": "needs_user_input"}))])
+        ]},
+        {"name": "continued", "match": "finish now", "after": "carry on", "turns": [complete("carried on")]},
+        {"name": "finish", "match": "finish now", "turns": [
+            {"text": "Done already.", "tool_calls": [{"name": "complete", "arguments": {"result": "finished"}}]}
+        ]},
+        {"name": "write", "match": "write the note", "turns": [
+            turn(&[call("write_file", json!({"path": "note.txt", "content": "hi\n"}))]),
+            complete("note written")
+        ]},
+        {"name": "slow", "match": "slow work", "turns": slow(25)}
+    ]})
 }

@@ -1,0 +1,115 @@
+"""Drive MAESTRO with the official A2A Python SDK (a2a-sdk, pinned by scripts/test), as an
+external A2A client would: discover the card, stream a task to completion, read and list it,
+cancel a running task, subscribe again after a disconnect, answer a question through
+input-required, approve a tool call. Prints one line per check; exits non-zero on the first
+failure.
+
+usage: sdk_client.py BASE_URL TOKEN BINDING   (BINDING: JSONRPC or HTTP+JSON)
+"""
+import asyncio
+import sys
+import uuid
+
+import httpx
+from a2a.client import ClientConfig, create_client
+from a2a.types import (CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, Role,
+                       SendMessageConfiguration, SendMessageRequest, SubscribeToTaskRequest,
+                       TaskState)
+from google.protobuf import struct_pb2
+
+
+def check(condition, what):
+    if not condition:
+        raise SystemExit(f"FAILED: {what}")
+    print(f"ok: {what}", flush=True)
+
+
+def msg(text, task_id=None, data=None):
+    parts = [Part(text=text)] if data is None else [Part(data=data)]
+    m = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=parts)
+    if task_id:
+        m.task_id = task_id
+    return m
+
+
+async def last_task(events):
+    """The task as the stream's events leave it: (id, last state)."""
+    task_id, state = None, None
+    async for ev in events:
+        kind = ev.WhichOneof("payload")
+        if kind == "task":
+            task_id, state = ev.task.id, ev.task.status.state
+        elif kind == "status_update":
+            state = ev.status_update.status.state
+    return task_id, state
+
+
+async def main(base, token, binding):
+    http = httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {token}"})
+    config = lambda streaming: ClientConfig(httpx_client=http, streaming=streaming,
+                                            supported_protocol_bindings=[binding])
+    client = await create_client(base, client_config=config(True))
+    blocking = await create_client(base, client_config=config(False))
+    card = await client.get_card() if hasattr(client, "get_card") else None
+    check(card is None or card.name == "MAESTRO", "the card is MAESTRO's")
+
+    # Streaming send to completion; the reply's text arrives as artifact chunks.
+    kinds, task_id, state = [], None, None
+    async for ev in client.send_message(SendMessageRequest(message=msg("finish now"))):
+        kind = ev.WhichOneof("payload")
+        kinds.append(kind)
+        if kind == "task":
+            task_id = ev.task.id
+        if kind == "status_update":
+            state = ev.status_update.status.state
+    check(kinds[0] == "task" and "artifact_update" in kinds, f"a streamed task: {kinds[:4]}...")
+    check(state == TaskState.TASK_STATE_COMPLETED, "the stream ends completed")
+
+    got = await client.get_task(GetTaskRequest(id=task_id, history_length=1))
+    check(got.status.state == TaskState.TASK_STATE_COMPLETED and len(got.history) == 1,
+          "GetTask with historyLength")
+    check(got.artifacts[0].parts[0].text == "finished", "the result is an artifact")
+    page = await client.list_tasks(ListTasksRequest(page_size=10))
+    check(any(t.id == task_id for t in page.tasks), "ListTasks lists it")
+
+    # A running task: sent without waiting, subscribed, disconnected, subscribed again, canceled.
+    slow = None
+    async for ev in blocking.send_message(SendMessageRequest(
+            message=msg("slow work"), configuration=SendMessageConfiguration(return_immediately=True))):
+        slow = ev.task.id
+    check(slow is not None, "a task sent with returnImmediately")
+    first = client.subscribe(SubscribeToTaskRequest(id=slow))
+    ev = await first.__anext__()
+    check(ev.WhichOneof("payload") == "task", "a subscription opens with the task")
+    await first.aclose()  # the client goes away
+    again = client.subscribe(SubscribeToTaskRequest(id=slow))
+    ev = await again.__anext__()
+    check(ev.task.id == slow, "subscribing again after a disconnect")
+    canceled = await client.cancel_task(CancelTaskRequest(id=slow))
+    check(canceled.status.state == TaskState.TASK_STATE_CANCELED, "CancelTask cancels it")
+    state = None
+    async for ev in again:
+        if ev.WhichOneof("payload") == "status_update":
+            state = ev.status_update.status.state
+    check(state == TaskState.TASK_STATE_CANCELED, "the subscriber sees the cancel")
+
+    # A question, answered through input-required.
+    asked, state = await last_task(client.send_message(SendMessageRequest(message=msg("ask me something"))))
+    check(state == TaskState.TASK_STATE_INPUT_REQUIRED, "a question is input-required")
+    _, state = await last_task(client.send_message(SendMessageRequest(message=msg("Blue.", task_id=asked))))
+    check(state == TaskState.TASK_STATE_COMPLETED, "the answer completes it")
+
+    # A tool call waiting for approval, approved by a data part.
+    waiting, state = await last_task(client.send_message(SendMessageRequest(message=msg("write the note"))))
+    check(state == TaskState.TASK_STATE_INPUT_REQUIRED, "a tool call waits for approval")
+    task = await client.get_task(GetTaskRequest(id=waiting))
+    items = task.status.message.parts[1].data.struct_value["requiredActions"]
+    rid = items[0]["id"]
+    decision = struct_pb2.Value()
+    decision.struct_value.update({"decisions": [{"requiredActionId": rid, "decision": "approve"}]})
+    _, state = await last_task(client.send_message(SendMessageRequest(message=msg("", task_id=waiting, data=decision))))
+    check(state == TaskState.TASK_STATE_COMPLETED, "the approval completes it")
+    await http.aclose()
+
+
+asyncio.run(main(*sys.argv[1:4]))
