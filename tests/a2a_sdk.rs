@@ -64,6 +64,7 @@ async fn the_python_sdk_drives_both_bindings() {
         for check in [
             "a streamed task",
             "GetTask with historyLength",
+            "the reply's text streams as artifact chunks",
             "the subscriber sees the cancel",
             "the answer completes it",
             "the approval completes it",
