@@ -52,6 +52,32 @@ pub fn router(state: AppState) -> Router {
             "/api/local/tasks/{id}/cancel",
             post(routes::comments::cancel),
         )
+        .merge(pauses_and_webhooks())
+        .fallback(routes::not_found);
+    Router::new()
+        .route("/healthz", get(routes::health::healthz))
+        .route("/readyz", get(routes::health::readyz))
+        .merge(api)
+        .merge(crate::a2a::router())
+        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                let span = tracing::info_span!(
+                    "http",
+                    method = %request.method(),
+                    path = %request.uri().path(),
+                    owner = tracing::field::Empty
+                );
+                maestro_runtime::http_trace::adopt(&span, request.headers());
+                span
+            }),
+        )
+        .with_state(state)
+}
+
+/// The routes of pauses (required actions, decisions, MCP tokens) and of webhooks.
+fn pauses_and_webhooks() -> Router<AppState> {
+    Router::new()
         .route(
             "/api/local/tasks/{id}/required-actions",
             get(routes::actions::list),
@@ -77,26 +103,6 @@ pub fn router(state: AppState) -> Router {
             post(routes::webhooks::create).get(routes::webhooks::list),
         )
         .route("/api/webhooks/{id}", delete(routes::webhooks::delete))
-        .fallback(routes::not_found);
-    Router::new()
-        .route("/healthz", get(routes::health::healthz))
-        .route("/readyz", get(routes::health::readyz))
-        .merge(api)
-        .merge(crate::a2a::router())
-        .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                let span = tracing::info_span!(
-                    "http",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    owner = tracing::field::Empty
-                );
-                maestro_runtime::http_trace::adopt(&span, request.headers());
-                span
-            }),
-        )
-        .with_state(state)
 }
 
 /// Bind, announce the address, and serve until `shutdown`. Then the listener closes, SSE

@@ -96,16 +96,24 @@ pub enum Continued {
     Repeated,
 }
 
+/// How a Continue was asked for: its Idempotency-Key, and the A2A message it came as.
+#[derive(Debug, Clone, Default)]
+pub struct Asked<'a> {
+    pub key: Option<String>,
+    pub message_id: Option<&'a str>,
+}
+
 /// Continue task `task_id` (which `owner` owns; SPEC §3.3): validate the request, check the
-/// latest job is over, and queue the job that replays the transcript. With `key`, a repeat of
+/// latest job is over, and queue the job that replays the transcript. With a key, a repeat of
 /// the same request does nothing and a different request under it is refused.
 pub async fn continue_task(
     state: &AppState,
     owner: &Owner,
     task_id: TaskId,
     body: maestro_api::ContinueTask,
-    key: Option<String>,
+    asked: Asked<'_>,
 ) -> Result<Continued, ApiError> {
+    let key = asked.key;
     let settings = &state.settings;
     let instruction = crate::validate::instruction(settings, &body.instruction)?;
     if let Some(piece) = &body.piece {
@@ -147,6 +155,7 @@ pub async fn continue_task(
             idempotency_key: key.as_deref(),
             request_hash: &hash,
             max_attempts: settings.job_max_attempts,
+            message_id: asked.message_id,
         };
         match continues::insert(&state.pool, &new).await? {
             continues::Continued::Created { job_no, .. } => {

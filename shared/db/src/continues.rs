@@ -29,6 +29,8 @@ pub struct NewContinue<'a> {
     pub idempotency_key: Option<&'a str>,
     pub request_hash: &'a str,
     pub max_attempts: i32,
+    /// The A2A `messageId` the instruction came as.
+    pub message_id: Option<&'a str>,
 }
 
 /// What recording a Continue came to.
@@ -85,8 +87,8 @@ pub async fn insert(pool: &PgPool, new: &NewContinue<'_>) -> Result<Continued, D
               FROM t, prev
          RETURNING id, task_id, job_no, created_at
         ), c AS (
-            INSERT INTO comments (id, task_id, author, kind, body, job_id)
-            SELECT $9, j.task_id, $10, 'handoff', $11, j.id FROM j
+            INSERT INTO comments (id, task_id, author, kind, body, job_id, message_id)
+            SELECT $9, j.task_id, $10, 'handoff', $11, j.id, $14 FROM j
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq - 1, j.id, 1, 'job_continued', $12::jsonb FROM t, j
@@ -108,6 +110,7 @@ pub async fn insert(pool: &PgPool, new: &NewContinue<'_>) -> Result<Continued, D
         new.instruction,
         serde_json::to_value(&continued).expect("a plain struct serializes"),
         serde_json::to_value(&queued).expect("a plain struct serializes"),
+        new.message_id,
     )
     .fetch_optional(pool)
     .await;

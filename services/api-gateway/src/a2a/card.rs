@@ -36,31 +36,7 @@ pub fn card(state: &AppState, base: &str) -> AgentCard {
         protocol_binding: binding.to_owned(),
         protocol_version: PROTOCOL_VERSION.to_owned(),
     };
-    let mut skills: Vec<AgentSkill> = state
-        .settings
-        .catalog
-        .pieces()
-        .map(|p| AgentSkill {
-            id: p.name.clone(),
-            name: p.name.clone(),
-            description: p.description.clone(),
-            tags: std::iter::once("piece".to_owned())
-                .chain(p.movements.iter().map(|m| m.name.clone()))
-                .collect(),
-            examples: Vec::new(),
-            input_modes: Vec::new(),
-            output_modes: Vec::new(),
-        })
-        .collect();
-    skills.push(AgentSkill {
-        id: piece::ROUTER.to_owned(),
-        name: "Choose for me".to_owned(),
-        description: "A router reads the request and picks the piece that fits it.".to_owned(),
-        tags: vec!["router".to_owned()],
-        examples: Vec::new(),
-        input_modes: Vec::new(),
-        output_modes: Vec::new(),
-    });
+    let skills = skills(state);
     let bearer = SecurityScheme {
         http_auth_security_scheme: Some(HttpAuthSecurityScheme {
             description: "The same bearer tokens as MAESTRO's REST API (API_TOKENS).".to_owned(),
@@ -86,33 +62,7 @@ pub fn card(state: &AppState, base: &str) -> AgentCard {
         }),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         documentation_url: None,
-        capabilities: AgentCapabilities {
-            streaming: Some(true),
-            push_notifications: Some(false),
-            extensions: vec![
-                AgentExtension {
-                    uri: RESUME_EXTENSION.to_owned(),
-                    description: "Every event of SendStreamingMessage and SubscribeToTask has \
-                                  an SSE id; SubscribeToTask with Last-Event-ID (or \
-                                  params.lastEventId / ?lastEventId=) replays every later event \
-                                  exactly once, in order, then goes live."
-                        .to_owned(),
-                    required: false,
-                    params: None,
-                },
-                AgentExtension {
-                    uri: CONTINUE_EXTENSION.to_owned(),
-                    description: format!(
-                        "A message with the taskId of a finished task and metadata \
-                         {{\"{CONTINUE_KEY}\": true}} continues it: a new job that remembers \
-                         the task's conversation."
-                    ),
-                    required: false,
-                    params: None,
-                },
-            ],
-            extended_agent_card: Some(true),
-        },
+        capabilities: capabilities(),
         security_schemes: BTreeMap::from([("bearer".to_owned(), bearer)]),
         security_requirements: vec![SecurityRequirement {
             schemes: BTreeMap::from([("bearer".to_owned(), StringList::default())]),
@@ -121,6 +71,67 @@ pub fn card(state: &AppState, base: &str) -> AgentCard {
         default_output_modes: modes,
         skills,
         icon_url: None,
+    }
+}
+
+/// One skill per piece, and the router.
+fn skills(state: &AppState) -> Vec<AgentSkill> {
+    let mut skills: Vec<AgentSkill> = state
+        .settings
+        .catalog
+        .pieces()
+        .map(|p| AgentSkill {
+            id: p.name.clone(),
+            name: p.name.clone(),
+            description: p.description.clone(),
+            tags: std::iter::once("piece".to_owned())
+                .chain(p.movements.iter().map(|m| m.name.clone()))
+                .collect(),
+            examples: Vec::new(),
+            input_modes: Vec::new(),
+            output_modes: Vec::new(),
+        })
+        .collect();
+    skills.push(AgentSkill {
+        id: piece::ROUTER.to_owned(),
+        name: "Choose for me".to_owned(),
+        description: "A router reads the request and picks the piece that fits it.".to_owned(),
+        tags: vec!["router".to_owned()],
+        examples: Vec::new(),
+        input_modes: Vec::new(),
+        output_modes: Vec::new(),
+    });
+    skills
+}
+
+/// What this server can do, and its extensions.
+fn capabilities() -> AgentCapabilities {
+    AgentCapabilities {
+        streaming: Some(true),
+        push_notifications: Some(false),
+        extensions: vec![
+            AgentExtension {
+                uri: RESUME_EXTENSION.to_owned(),
+                description: "Every event of SendStreamingMessage and SubscribeToTask has an SSE \
+                              id; SubscribeToTask with Last-Event-ID (or params.lastEventId / \
+                              ?lastEventId=) replays every later event exactly once, in order, \
+                              then goes live."
+                    .to_owned(),
+                required: false,
+                params: None,
+            },
+            AgentExtension {
+                uri: CONTINUE_EXTENSION.to_owned(),
+                description: format!(
+                    "A message with the taskId of a finished task and metadata \
+                     {{\"{CONTINUE_KEY}\": true}} continues it: a new job that remembers the \
+                     task's conversation."
+                ),
+                required: false,
+                params: None,
+            },
+        ],
+        extended_agent_card: Some(true),
     }
 }
 

@@ -26,8 +26,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/.well-known/agent-card.json", routing::get(card::public))
         .route(JSONRPC_PATH, post(rpc::handle))
-        .route("/a2a/rest/message:send", post(rest::send))
-        .route("/a2a/rest/message:stream", post(rest::stream))
+        .route("/a2a/rest/{action}", post(rest::message))
         .route("/a2a/rest/tasks", routing::get(rest::list))
         .route(
             "/a2a/rest/tasks/{*rest}",
@@ -48,7 +47,7 @@ async fn send_and_answer(
     ctx: Ctx<'_>,
     request: &SendMessageRequest,
 ) -> Result<StreamResponse, A2aError> {
-    let sent = ops::send(ctx, request).await?;
+    let task_id = ops::send(ctx, request).await?;
     let config = request.configuration.clone().unwrap_or_default();
     let immediately = config.return_immediately || config.blocking == Some(false);
     let shape = Shape {
@@ -56,10 +55,10 @@ async fn send_and_answer(
         include_artifacts: true,
     };
     let task = if immediately {
-        ops::task(ctx, sent.task_id, shape).await?
+        ops::task(ctx, task_id, shape).await?
     } else {
         let limit = ctx.state.settings.a2a_blocking;
-        ops::settle(ctx, sent.task_id, limit, shape).await?
+        ops::settle(ctx, task_id, limit, shape).await?
     };
     Ok(StreamResponse::Task(task))
 }

@@ -40,14 +40,6 @@ pub struct Ctx<'a> {
     pub owner: &'a Owner,
 }
 
-/// What a message did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sent {
-    pub task_id: TaskId,
-    /// The task's last event seq before the message took effect.
-    pub before_seq: i64,
-}
-
 /// A MAESTRO refusal as A2A says it.
 pub fn from_api(error: ApiError) -> A2aError {
     let message = error.to_string();
@@ -81,8 +73,8 @@ pub async fn owned(ctx: Ctx<'_>, raw: &str) -> Result<TaskId, A2aError> {
     }
 }
 
-/// `SendMessage`'s effect: create a task, or bring the message to the task it names.
-pub async fn send(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<Sent, A2aError> {
+/// `SendMessage`'s effect: create a task, or bring the message to the task it names; the task.
+pub async fn send(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<TaskId, A2aError> {
     let message = &request.message;
     check_message(message)?;
     let push = request.configuration.as_ref();
@@ -159,7 +151,7 @@ fn meta<'a>(request: &'a SendMessageRequest, key: &str) -> Option<&'a Value> {
     on_message.or_else(|| request.metadata.as_ref().and_then(|m| m.get(key)))
 }
 
-async fn create(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<Sent, A2aError> {
+async fn create(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<TaskId, A2aError> {
     let settings = &ctx.state.settings;
     let message = &request.message;
     let instruction =
@@ -202,22 +194,16 @@ async fn create(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<Sent, A2aE
         .bus
         .after_commit(AfterCommit::new_job(task_id, job_id))
         .await;
-    Ok(Sent {
-        task_id,
-        before_seq: 0,
-    })
+    Ok(task_id)
 }
 
 /// The same `messageId` again: the task it created, if it was the same message.
-async fn repeated_creation(ctx: Ctx<'_>, key: &str, hash: &str) -> Result<Sent, A2aError> {
+async fn repeated_creation(ctx: Ctx<'_>, key: &str, hash: &str) -> Result<TaskId, A2aError> {
     let found = maestro_db::tasks::find_by_idempotency_key(&ctx.state.pool, ctx.owner, key)
         .await
         .map_err(db)?;
     match found {
-        Some((task_id, stored)) if stored.as_deref() == Some(hash) => Ok(Sent {
-            task_id,
-            before_seq: 0,
-        }),
+        Some((task_id, stored)) if stored.as_deref() == Some(hash) => Ok(task_id),
         _ => Err(A2aError::invalid_params(
             "this messageId was used for a different message",
         )),
@@ -230,7 +216,7 @@ async fn reach(
     ctx: Ctx<'_>,
     task_id: TaskId,
     request: &SendMessageRequest,
-) -> Result<Sent, A2aError> {
+) -> Result<TaskId, A2aError> {
     let message = &request.message;
     let pool = &ctx.state.pool;
     let task = record(ctx, task_id).await?;
@@ -245,18 +231,11 @@ async fn reach(
             "contextId {given} is not the task's ({context})"
         )));
     }
-    let before_seq = maestro_db::events::last_seq(pool, task_id)
-        .await
-        .map_err(db)?;
-    let sent = Sent {
-        task_id,
-        before_seq,
-    };
     if maestro_db::comments::has_message(pool, task_id, &message.message_id)
         .await
         .map_err(db)?
     {
-        return Ok(sent);
+        return Ok(task_id);
     }
     let Some(job) = task.latest_job.as_ref() else {
         return Err(A2aError::internal("the task has no job"));
@@ -265,7 +244,7 @@ async fn reach(
     if state.is_terminal() {
         return continue_finished(ctx, task_id, request, state)
             .await
-            .map(|()| sent);
+            .map(|()| task_id);
     }
     let decisions = decisions_of(message)?;
     if !decisions.is_empty() {
@@ -280,7 +259,7 @@ async fn reach(
             );
             reply.await.map_err(from_api)?;
         }
-        return Ok(sent);
+        return Ok(task_id);
     }
     let text = instruction_of(message);
     let text = validate::instruction(&ctx.state.settings, &text).map_err(from_api)?;
@@ -292,7 +271,7 @@ async fn reach(
     routing::comment(ctx.state, task_id, said)
         .await
         .map_err(from_api)?;
-    Ok(sent)
+    Ok(task_id)
 }
 
 /// A message to a finished task: refused, as A2A says, unless it asks for a Continue.
@@ -325,7 +304,11 @@ async fn continue_finished(
         piece: piece.map(str::to_owned),
         model: None,
     };
-    usecases::continue_task(ctx.state, ctx.owner, task_id, body, Some(key))
+    let asked = usecases::Asked {
+        key: Some(key),
+        message_id: Some(&message.message_id),
+    };
+    usecases::continue_task(ctx.state, ctx.owner, task_id, body, asked)
         .await
         .map(|_| ())
         .map_err(from_api)

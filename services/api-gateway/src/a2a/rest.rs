@@ -7,8 +7,9 @@
 use std::collections::HashMap;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maestro_a2a::types::{ListTasksRequest, SendMessageRequest, TaskIdRequest, TaskState};
@@ -40,16 +41,30 @@ fn ok(value: impl Serialize) -> Response {
     ([(header::CONTENT_TYPE, "application/a2a+json")], body).into_response()
 }
 
-/// The caller of a request that speaks 1.0 (its version checked, its token known).
-fn caller(state: &AppState, headers: &HeaderMap, uri: &Uri) -> Result<Owner, Box<Response>> {
-    let asked = version::asked(headers, uri.query());
-    version::check(asked.as_deref(), maestro_a2a::jsonrpc::Dialect::V1).map_err(|e| refuse(&e))?;
-    crate::auth::owner(state, headers).map_err(|_| {
-        let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
-        let mut response = refuse(&error);
-        *response.status_mut() = StatusCode::UNAUTHORIZED;
-        Box::new(response)
-    })
+/// The caller of a request that speaks 1.0 (its version checked, its token known); a refusal
+/// otherwise, in this binding's shape.
+pub struct Caller(Owner);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let asked = version::asked(&parts.headers, parts.uri.query());
+        version::check(asked.as_deref(), maestro_a2a::jsonrpc::Dialect::V1)
+            .map_err(|e| refuse(&e))?;
+        let owner = crate::auth::owner(state, &parts.headers).map_err(|_| {
+            let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
+            let mut response = refuse(&error);
+            *response.status_mut() = StatusCode::UNAUTHORIZED;
+            response
+        })?;
+        Ok(Caller(owner))
+    }
+}
+
+/// The answer to an operation: its value, or its refusal.
+fn respond<T: IntoResponse>(result: Result<T, A2aError>) -> Response {
+    result.map_or_else(|error| refuse(&error), IntoResponse::into_response)
 }
 
 /// A JSON body (an empty body is `{}` when `empty_ok`).
@@ -71,80 +86,53 @@ fn body<T: serde::de::DeserializeOwned>(
         .map_err(|e| A2aError::invalid_params(format!("invalid body: {e}")))
 }
 
-/// `POST /message:send`
-pub async fn send(
+/// `POST /message:send` and `POST /message:stream`.
+pub async fn message(
     State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(action): Path<String>,
     headers: HeaderMap,
-    uri: Uri,
     bytes: Bytes,
 ) -> Response {
-    let owner = match caller(&state, &headers, &uri) {
-        Ok(owner) => owner,
-        Err(response) => return *response,
-    };
     let ctx = Ctx {
         state: &state,
         owner: &owner,
     };
     let result = async {
+        let streaming = match action.as_str() {
+            "message:send" => false,
+            "message:stream" => true,
+            other => {
+                let error = format!("no A2A operation at POST /{other}");
+                return Err(A2aError::new(ErrorKind::MethodNotFound, error));
+            }
+        };
         let request: SendMessageRequest = body(&headers, &bytes, false)?;
-        super::send_and_answer(ctx, &request).await
+        if !streaming {
+            return super::send_and_answer(ctx, &request).await.map(ok);
+        }
+        let task_id = ops::send(ctx, &request).await?;
+        let stream = sse::open(ctx, task_id, None, Envelope::Bare, Until::Interrupted);
+        Ok(stream.await?.into_response())
     };
-    match result.await {
-        Ok(answer) => ok(answer),
-        Err(error) => refuse(&error),
-    }
-}
-
-/// `POST /message:stream`
-pub async fn stream(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
-    bytes: Bytes,
-) -> Response {
-    let owner = match caller(&state, &headers, &uri) {
-        Ok(owner) => owner,
-        Err(response) => return *response,
-    };
-    let ctx = Ctx {
-        state: &state,
-        owner: &owner,
-    };
-    let result = async {
-        let request: SendMessageRequest = body(&headers, &bytes, false)?;
-        let sent = ops::send(ctx, &request).await?;
-        sse::open(ctx, sent.task_id, None, Envelope::Bare, Until::Interrupted).await
-    };
-    match result.await {
-        Ok(stream) => stream.into_response(),
-        Err(error) => refuse(&error),
-    }
+    respond(result.await)
 }
 
 /// `GET /tasks`
 pub async fn list(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    Caller(owner): Caller,
     Query(params): Params,
 ) -> Response {
-    let owner = match caller(&state, &headers, &uri) {
-        Ok(owner) => owner,
-        Err(response) => return *response,
-    };
     let ctx = Ctx {
         state: &state,
         owner: &owner,
     };
     let result = async {
         let request = list_request(&params)?;
-        ops::list(ctx, &request).await
+        ops::list(ctx, &request).await.map(ok)
     };
-    match result.await {
-        Ok(page) => ok(page),
-        Err(error) => refuse(&error),
-    }
+    respond(result.await)
 }
 
 fn list_request(params: &HashMap<String, String>) -> Result<ListTasksRequest, A2aError> {
@@ -187,28 +175,21 @@ fn list_request(params: &HashMap<String, String>) -> Result<ListTasksRequest, A2
 /// `GET /extendedAgentCard`
 pub async fn extended_card(
     State(state): State<AppState>,
+    _caller: Caller,
     headers: HeaderMap,
-    uri: Uri,
 ) -> Response {
-    match caller(&state, &headers, &uri) {
-        Ok(_) => ok(card::card(&state, &card::base_url(&state, &headers))),
-        Err(response) => *response,
-    }
+    ok(card::card(&state, &card::base_url(&state, &headers)))
 }
 
 /// Everything under `/tasks/{...}`: a task, its cancel and subscribe verbs, its push configs.
 pub async fn on_task(
     State(state): State<AppState>,
+    Caller(owner): Caller,
     method: Method,
     headers: HeaderMap,
-    uri: Uri,
     Path(rest): Path<String>,
     Query(params): Params,
 ) -> Response {
-    let owner = match caller(&state, &headers, &uri) {
-        Ok(owner) => owner,
-        Err(response) => return *response,
-    };
     let ctx = Ctx {
         state: &state,
         owner: &owner,

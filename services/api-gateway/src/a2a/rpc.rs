@@ -135,9 +135,9 @@ impl Call<'_> {
             }
             Method::SendStreamingMessage => {
                 let request: SendMessageRequest = self.params()?;
-                let sent = ops::send(ctx, &request).await?;
+                let task_id = ops::send(ctx, &request).await?;
                 let envelope = Envelope::JsonRpc(self.id.clone());
-                let stream = sse::open(ctx, sent.task_id, None, envelope, Until::Interrupted);
+                let stream = sse::open(ctx, task_id, None, envelope, Until::Interrupted);
                 return Ok(Outcome::Stream(stream.await?));
             }
             Method::GetTask => {

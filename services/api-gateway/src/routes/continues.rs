@@ -31,7 +31,11 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let task_id = owned_task(&state, &owner, &id).await?;
     let key = validate::idempotency_key(&headers)?;
-    let continued = usecases::continue_task(&state, &owner, task_id, body, key).await?;
+    let asked = usecases::Asked {
+        key,
+        message_id: None,
+    };
+    let continued = usecases::continue_task(&state, &owner, task_id, body, asked).await?;
     let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
         .await?
         .ok_or(ApiError::NotFound("task"))?;
