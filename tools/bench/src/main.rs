@@ -13,8 +13,11 @@
 //! delegating to K subtasks costs end to end and at the join (`subtasks.rs`), `maestro-bench
 //! latency [--database URL] [--nats URL]` the round trips under every hop (`latency.rs`),
 //! `maestro-bench continue [--tasks N] [--turns T] [--upstream URL] [--background BYTES]` the
-//! prompt cache a same-piece Continue keeps (`continues.rs`).
+//! prompt cache a same-piece Continue keeps (`continues.rs`), `maestro-bench a2a [--tasks N]
+//! [--concurrency C] [--chunks N]` A2A's send→completed latency and stream events/s next to the
+//! REST API's (`a2a.rs`).
 
+mod a2a;
 mod continues;
 mod iterations;
 mod latency;
@@ -82,6 +85,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("latency") {
         return latency::run(latency::parse(std::env::args().skip(2))?).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("a2a") {
+        return a2a::run(a2a::parse(std::env::args().skip(2))?).await;
     }
     if std::env::args().nth(1).as_deref() == Some("continue") {
         return continues::run(continues::parse(std::env::args().skip(2))?).await;
