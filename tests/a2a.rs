@@ -1,8 +1,9 @@
 //! A2A 1.0 end to end, over raw HTTP as any client would speak it (the official SDKs' own
 //! runs are `a2a_sdk.rs`): the agent card; a message that becomes a task and reads back;
 //! questions and tool approvals answered through `input-required`; every error the spec
-//! names, each writing nothing; the HTTP+JSON binding; cancel; the Continue extension; and
-//! streams that resume after any event — hundreds of reconnects, nothing lost or repeated.
+//! names, each writing nothing; the HTTP+JSON binding; cancel; the Continue extension; push
+//! notifications received by a small server; the 0.3 names and shapes; and streams that
+//! resume after any event — hundreds of reconnects, nothing lost or repeated.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -48,8 +49,21 @@ async fn the_card_names_the_bindings_and_is_cached() {
         .iter()
         .map(|i| i["protocolBinding"].as_str().unwrap_or_default())
         .collect();
-    assert_eq!(bindings, ["JSONRPC", "HTTP+JSON"]);
-    assert!(interfaces.iter().all(|i| i["protocolVersion"] == "1.0"));
+    assert_eq!(bindings, ["JSONRPC", "HTTP+JSON", "JSONRPC"]);
+    let versions: Vec<&str> = interfaces
+        .iter()
+        .map(|i| i["protocolVersion"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        versions,
+        ["1.0", "1.0", "0.3"],
+        "1.0 first; 0.3 for older clients"
+    );
+    assert_eq!(
+        card["protocolVersion"], "0.3.0",
+        "0.3 clients find their fields too"
+    );
+    assert!(card["url"].as_str().expect("url").ends_with("/a2a/v1"));
     assert!(
         interfaces[0]["url"]
             .as_str()
@@ -357,7 +371,12 @@ async fn every_refusal_has_the_spec_code_and_writes_nothing() {
         ("a context that is not the task's", a2a.rpc("SendMessage", json!({"message": {"messageId": "x", "role": "ROLE_USER", "taskId": done_id, "contextId": "other", "parts": [{"text": "more"}]}})).await, -32602),
         ("cancelling a finished task", a2a.rpc("CancelTask", json!({"id": done_id})).await, -32002),
         ("subscribing to a finished task", a2a.rpc("SubscribeToTask", json!({"id": done_id})).await, -32004),
-        ("push notification configs", a2a.rpc("ListTaskPushNotificationConfigs", json!({"taskId": done_id})).await, -32003),
+        ("a push config on someone else's task", bob.rpc("CreateTaskPushNotificationConfig", json!({"taskId": done_id, "url": "https://example.com/hook"})).await, -32001),
+        ("someone else's push configs", bob.rpc("ListTaskPushNotificationConfigs", json!({"taskId": done_id})).await, -32001),
+        ("a push URL that is not http", a2a.rpc("CreateTaskPushNotificationConfig", json!({"taskId": done_id, "url": "file:///etc/passwd"})).await, -32602),
+        ("a push authentication without a scheme", a2a.rpc("CreateTaskPushNotificationConfig", json!({"taskId": done_id, "url": "https://example.com/hook", "authentication": {"scheme": " "}})).await, -32602),
+        ("a push config that does not exist", a2a.rpc("GetTaskPushNotificationConfig", json!({"taskId": done_id, "id": "nope"})).await, -32001),
+        ("a new task with a bad push URL", a2a.rpc("SendMessage", json!({"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"text": "finish now"}]}, "configuration": {"taskPushNotificationConfig": {"url": "nope"}}})).await, -32602),
         ("a negative history length", a2a.rpc("GetTask", json!({"id": done_id, "historyLength": -1})).await, -32602),
         ("a page size out of range", a2a.rpc("ListTasks", json!({"pageSize": 1000})).await, -32602),
         ("a page token not given out", a2a.rpc("ListTasks", json!({"pageToken": "nope"})).await, -32602),
@@ -391,6 +410,11 @@ async fn every_refusal_has_the_spec_code_and_writes_nothing() {
         .await
         .expect("count");
     assert_eq!(jobs, before, "nor a job");
+    let configs: i64 = sqlx::query_scalar("SELECT count(*) FROM a2a_push_configs")
+        .fetch_one(&stack.db.pool)
+        .await
+        .expect("count");
+    assert_eq!(configs, 0, "nor a push config");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -564,4 +588,286 @@ async fn a_stream_resumed_after_hundreds_of_disconnects_loses_and_repeats_nothin
         replies(&all),
         "every reply's whole text, as the reference got it"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_on_0_3_get_0_3_shapes_from_the_same_operations() {
+    let stack = stack().await;
+    let url = stack.url("/a2a/v1");
+    // A 0.3 client sends no A2A-Version and the 0.3 method names.
+    let call = |method: &'static str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": "old", "method": method, "params": params});
+        let request = stack.http.post(&url).bearer_auth(&stack.token).json(&body);
+        async move {
+            request
+                .send()
+                .await
+                .expect("answer")
+                .json::<Value>()
+                .await
+                .expect("json")
+        }
+    };
+    let text = |message_id: &str, text: &str, task: Option<&str>| {
+        let mut message = json!({"kind": "message", "messageId": message_id, "role": "user",
+                                 "parts": [{"kind": "text", "text": text}]});
+        if let Some(task) = task {
+            message["taskId"] = json!(task);
+        }
+        json!({"message": message, "configuration": {"blocking": true}})
+    };
+    let asked = call("message/send", text("o-1", "ask me something", None)).await;
+    let task = &asked["result"];
+    assert_eq!(task["kind"], "task", "not wrapped: {asked}");
+    assert_eq!(task["status"]["state"], "input-required");
+    assert_eq!(task["status"]["message"]["role"], "agent");
+    assert_eq!(task["status"]["message"]["parts"][0]["kind"], "text");
+    assert_eq!(task["history"][0]["role"], "user");
+    let id = task["id"].as_str().expect("id").to_owned();
+    let answered = call("message/send", text("o-2", "Blue.", Some(&id))).await;
+    assert_eq!(
+        answered["result"]["status"]["state"], "completed",
+        "{answered}"
+    );
+    assert_eq!(
+        answered["result"]["artifacts"][0]["parts"][0],
+        json!({"kind": "text", "text": "blue it is"})
+    );
+    let got = call("tasks/get", json!({"id": id})).await;
+    assert_eq!(
+        (
+            got["result"]["kind"].clone(),
+            got["result"]["status"]["state"].clone()
+        ),
+        (json!("task"), json!("completed"))
+    );
+    let refused = call("tasks/cancel", json!({"id": id})).await;
+    assert_eq!(refused["error"]["code"], -32002);
+    assert_eq!(
+        refused["error"]["data"],
+        Value::Null,
+        "0.3 errors carry no details"
+    );
+    let unknown = call("tasks/get", json!({"id": uuid::Uuid::now_v7()})).await;
+    assert_eq!(unknown["error"]["code"], -32001);
+
+    // Push configs in 0.3 shapes.
+    let config = json!({"id": "old-push", "url": "https://example.com/hook", "token": "t",
+                        "authentication": {"schemes": ["Bearer"], "credentials": "c"}});
+    let set = call(
+        "tasks/pushNotificationConfig/set",
+        json!({"taskId": id, "pushNotificationConfig": config}),
+    )
+    .await;
+    assert_eq!(
+        set["result"],
+        json!({"taskId": id, "pushNotificationConfig": config}),
+        "{set}"
+    );
+    let got = call(
+        "tasks/pushNotificationConfig/get",
+        json!({"id": id, "pushNotificationConfigId": "old-push"}),
+    )
+    .await;
+    assert_eq!(
+        got["result"]["pushNotificationConfig"]["authentication"]["schemes"],
+        json!(["Bearer"])
+    );
+    let listed = call("tasks/pushNotificationConfig/list", json!({"id": id})).await;
+    assert_eq!(
+        listed["result"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    let deleted = call(
+        "tasks/pushNotificationConfig/delete",
+        json!({"id": id, "pushNotificationConfigId": "old-push"}),
+    )
+    .await;
+    assert_eq!(deleted["result"], Value::Null, "{deleted}");
+    let listed = call("tasks/pushNotificationConfig/list", json!({"id": id})).await;
+    assert_eq!(listed["result"], json!([]));
+
+    // message/stream: 0.3 events, the last one final.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "message/stream", "params": text("o-3", "finish now", None)});
+    let response = stack
+        .http
+        .post(&url)
+        .bearer_auth(&stack.token)
+        .json(&body)
+        .send()
+        .await
+        .expect("stream");
+    let items = maestro_testkit::SseClient::from_response(response)
+        .to_end(Duration::from_secs(30))
+        .await;
+    let kinds: Vec<&str> = items
+        .iter()
+        .map(|i| i.data["result"]["kind"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(kinds[0], "task", "{kinds:?}");
+    let last = &items.last().expect("events").data;
+    assert_eq!(last["id"], 9, "the request's id on every event");
+    let final_state = last["result"]["status"]["state"].clone();
+    assert!(
+        (last["result"]["kind"] == "status-update"
+            && last["result"]["final"] == true
+            && final_state == "completed")
+            || (last["result"]["kind"] == "task" && final_state == "completed"),
+        "{last}"
+    );
+    // A 0.3 method with a 1.0 header is refused, and so is a 1.0 method without one.
+    let (_, mixed) = stack
+        .a2a(false)
+        .rpc_with("tasks/get", json!({"id": id}), &[])
+        .await;
+    assert_eq!(mixed["error"]["code"], -32009);
+}
+
+/// A small push receiver: every POST it gets, with its path and headers.
+async fn push_receiver() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<(String, axum::http::HeaderMap, Value)>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/{*path}",
+        axum::routing::post(
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let _ = tx.send((uri.path().to_owned(), headers, body));
+                    "ok"
+                }
+            },
+        ),
+    );
+    (maestro_testkit::serve(app).await, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_notifications_reach_the_client_with_its_token_and_every_state() {
+    let stack = stack().await;
+    let a2a = stack.a2a(false);
+    let (receiver, mut pushes) = push_receiver().await;
+    let mut ask = message("p-1", "ask me about colours");
+    ask["configuration"] = json!({"taskPushNotificationConfig": {
+        "url": format!("{receiver}/main"), "token": "tok-1",
+        "authentication": {"scheme": "Bearer", "credentials": "cred-1"}}});
+    let sent = a2a.result("SendMessage", ask).await;
+    assert_eq!(state(&sent["task"]), "TASK_STATE_INPUT_REQUIRED", "{sent}");
+    let id = sent["task"]["id"].as_str().expect("id").to_owned();
+
+    // The config it came with, one more over HTTP+JSON, listed, read, one deleted.
+    let (status, created) = a2a
+        .rest(
+            Method::POST,
+            &format!("/tasks/{id}/pushNotificationConfigs"),
+            Some(json!({"id": "second", "url": format!("{receiver}/second")})),
+        )
+        .await;
+    assert_eq!(
+        (status, &created["id"]),
+        (200, &json!("second")),
+        "{created}"
+    );
+    let listed = a2a
+        .result("ListTaskPushNotificationConfigs", json!({"taskId": id}))
+        .await;
+    let ids: Vec<&str> = listed["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [id.as_str(), "second"],
+        "the first one's id is the task's"
+    );
+    let got = a2a
+        .result(
+            "GetTaskPushNotificationConfig",
+            json!({"taskId": id, "id": id}),
+        )
+        .await;
+    assert_eq!(got["token"], "tok-1");
+    assert_eq!(got["authentication"]["scheme"], "Bearer");
+    let (status, _) = a2a
+        .rest(
+            Method::DELETE,
+            &format!("/tasks/{id}/pushNotificationConfigs/second"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // Answered, it completes; the pushes tell every state, the result before the end.
+    let mut answer = message("p-2", "Blue.");
+    answer["message"]["taskId"] = json!(id);
+    let done = a2a.result("SendMessage", answer).await;
+    assert_eq!(state(&done["task"]), "TASK_STATE_COMPLETED", "{done}");
+    let mut got: Vec<(i64, Value)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !got
+        .iter()
+        .any(|(_, p)| p["task"]["status"]["state"] == "TASK_STATE_COMPLETED")
+    {
+        let (path, headers, body) = tokio::time::timeout_at(deadline, pushes.recv())
+            .await
+            .expect("the completion is pushed")
+            .expect("receiver open");
+        assert_eq!(path, "/main", "a deleted config gets nothing: {body}");
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        assert_eq!(header("x-a2a-notification-token"), Some("tok-1"));
+        assert_eq!(header("authorization"), Some("Bearer cred-1"));
+        let (item, task) = match body.get("statusUpdate") {
+            Some(update) => (update, &update["taskId"]),
+            None => (&body["task"], &body["task"]["id"]),
+        };
+        assert_eq!(task, id.as_str(), "{body}");
+        let seq = item["metadata"]["maestro/seq"]
+            .as_i64()
+            .expect("its position");
+        got.push((seq, body));
+    }
+    got.sort_by_key(|(seq, _)| *seq);
+    let states: Vec<&str> = got
+        .iter()
+        .filter_map(|(_, p)| p["statusUpdate"]["status"]["state"].as_str())
+        .collect();
+    for expected in [
+        "TASK_STATE_SUBMITTED",
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+    ] {
+        assert!(states.contains(&expected), "{expected} pushed: {states:?}");
+    }
+    let (_, end) = got.last().expect("the end");
+    assert_eq!(
+        end["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "the end is last"
+    );
+    assert_eq!(end["task"]["artifacts"][0]["artifactId"], "result");
+    assert_eq!(
+        end["task"]["artifacts"][0]["parts"][0]["text"],
+        "blue it is"
+    );
+    let input = got
+        .iter()
+        .find(|(_, p)| p["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED")
+        .expect("input-required");
+    assert_eq!(
+        input.1["statusUpdate"]["status"]["message"]["parts"][0]["text"],
+        "Which colour?"
+    );
+    let keys: BTreeSet<String> = got.iter().map(|(seq, p)| format!("{seq}:{p}")).collect();
+    assert_eq!(keys.len(), got.len(), "no push twice");
+    let delivered: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM a2a_push_deliveries WHERE status = 'delivered'")
+            .fetch_one(&stack.db.pool)
+            .await
+            .expect("count");
+    assert!(delivered >= got.len() as i64);
 }

@@ -1,6 +1,7 @@
 //! The official A2A SDKs, unmodified, drive MAESTRO as external processes: the Python SDK
 //! (`a2a-sdk`) over both bindings — card, streaming send, get, list, cancel, subscribing again
-//! after a disconnect, a question answered and a tool call approved through input-required —
+//! after a disconnect, a question answered and a tool call approved through input-required,
+//! push notification configs and the pushes a small server receives —
 //! and the JavaScript SDK (`@a2a-js/sdk`) — a streaming send and a cancel. `scripts/test`
 //! installs both, pinned (`A2A_PYTHON`, `A2A_JS_DIR`).
 
@@ -68,12 +69,27 @@ async fn the_python_sdk_drives_both_bindings() {
             "the subscriber sees the cancel",
             "the answer completes it",
             "the approval completes it",
+            "the completion is pushed with the token",
+            "DeleteTaskPushNotificationConfig",
         ] {
             assert!(
                 output.contains(&format!("ok: {check}")),
                 "{binding}: {output}"
             );
         }
+    }
+    // The SDK's own 0.3 transport: the 0.3 method names and shapes.
+    let mut command = Command::new(&python);
+    command.arg(script("sdk_client.py"));
+    let output = run(command, &stack, "JSONRPC-0.3");
+    for check in [
+        "a 0.3 transport",
+        "0.3: a streamed task completes",
+        "0.3: the answer completes it",
+        "0.3: tasks/pushNotificationConfig/list",
+        "0.3: tasks/cancel cancels it",
+    ] {
+        assert!(output.contains(&format!("ok: {check}")), "0.3: {output}");
     }
 }
 

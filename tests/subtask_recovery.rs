@@ -117,6 +117,7 @@ async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_ite
         max_attempts: 3,
         context_id: None,
         message_id: None,
+        push: None,
     };
     tasks::create(pool, &new)
         .await

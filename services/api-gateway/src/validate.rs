@@ -126,3 +126,48 @@ pub fn request_hash(parts: &[&str]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// A webhook's or push notification's URL: absolute http(s), at most 2048 characters.
+pub fn http_url(url: &str) -> Result<(), ApiError> {
+    let parsed = parse_http_url(url)
+        .ok_or_else(|| ApiError::invalid("invalid_url", "url is an absolute http or https URL"))?;
+    if parsed.len() > 2048 {
+        return Err(ApiError::invalid(
+            "invalid_url",
+            "url is longer than 2048 characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A light check: `http(s)://host[:port][/path]`, no spaces or control characters.
+fn parse_http_url(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
+    let host = rest.split(['/', '?', '#']).next()?;
+    let host_ok = !host.is_empty() && !host.starts_with(':') && !host.contains('@');
+    let chars_ok = url.chars().all(|c| c.is_ascii_graphic());
+    (host_ok && chars_ok).then_some(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_absolute_http_urls_are_accepted() {
+        assert!(http_url("http://127.0.0.1:9000/hook").is_ok());
+        assert!(http_url("https://example.com").is_ok());
+        for bad in [
+            "ftp://x",
+            "example.com/hook",
+            "http://",
+            "http:///x",
+            "http://a b/",
+            "http://u@evil/",
+        ] {
+            assert!(http_url(bad).is_err(), "{bad} should be refused");
+        }
+    }
+}

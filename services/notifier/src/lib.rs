@@ -1,7 +1,8 @@
 //! The notifier: turns job state changes and decisions into notifications (an inbox row, a message on
 //! `<prefix>.notify.<type>`) and delivers them to webhook subscriptions, signed per
-//! Standard Webhooks and retried with backoff.
+//! Standard Webhooks and retried with backoff; delivers A2A push notifications the same way.
 
+pub mod a2a_push;
 pub mod config;
 pub mod notifications;
 pub mod webhooks;
@@ -34,6 +35,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_ack_pending: 1000,
     };
     let hooks = setup::webhook_consumer(js, subjects, &hook_settings).await?;
+    let pushes = setup::a2a_push_consumer(js, subjects, &hook_settings).await?;
     let http = maestro_runtime::http_client()
         .timeout(settings.webhook_timeout)
         .connect_timeout(Duration::from_secs(5))
@@ -44,6 +46,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         bus: bus.clone(),
     });
     let hook_handler = Arc::new(webhooks::DeliveryHandler {
+        pool: pool.clone(),
+        http: http.clone(),
+        retry_base: settings.retry_base,
+        retry_max: settings.retry_max,
+    });
+    let push_handler = Arc::new(a2a_push::PushHandler {
         pool,
         http,
         retry_base: settings.retry_base,
@@ -63,6 +71,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_deliver: hook_settings.max_deliver,
         fetch_expires: Duration::from_secs(5),
     };
+    let push_runner = RunnerConfig {
+        name: "a2a_push",
+        ..hook_runner.clone()
+    };
     let decision_runner = RunnerConfig {
         name: "decisions",
         ..state_runner.clone()
@@ -76,7 +88,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             shutdown.clone()
         ),
         maestro_messaging::consumer::run(states, state_handler, state_runner, shutdown.clone()),
-        maestro_messaging::consumer::run(hooks, hook_handler, hook_runner, shutdown),
+        maestro_messaging::consumer::run(hooks, hook_handler, hook_runner, shutdown.clone()),
+        maestro_messaging::consumer::run(pushes, push_handler, push_runner, shutdown),
     );
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Job state changes and decisions → notifications. For every `job_state` event whose status
+//! Job state changes and decisions → notifications (and A2A pushes, `crate::a2a_push`). For every `job_state` event whose status
 //! is notification-worthy (succeeded, failed, cancelled, waiting for a human — with the items
 //! it waits for) and every `decision` event (`task.decided`) the notifier
 //! records a notification, its webhook deliveries and their outbox rows in one statement,
@@ -27,6 +27,10 @@ impl Handler for JobStateHandler {
         };
         let (kind, change, decision) = match event.body() {
             Ok(EventBody::JobState(change)) => {
+                if let Err(e) = self.push(&event).await {
+                    tracing::warn!(error = %e, "cannot queue A2A pushes; will retry");
+                    return Outcome::Retry(Duration::from_secs(1));
+                }
                 let Some(kind) = NotificationType::for_status(change.status) else {
                     return Outcome::Done;
                 };
@@ -63,6 +67,19 @@ impl Handler for JobStateHandler {
 }
 
 impl JobStateHandler {
+    /// Queue the A2A pushes the event means (before its notification: a retried event
+    /// queues each push once).
+    async fn push(&self, event: &Event) -> Result<(), maestro_db::DbError> {
+        let queued = crate::a2a_push::record(&self.pool, event).await?;
+        if queued > 0 {
+            self.bus
+                .after_commit(maestro_messaging::AfterCommit::events())
+                .await;
+            tracing::info!(task_id = %event.task_id, seq = event.seq, queued, "A2A pushes queued");
+        }
+        Ok(())
+    }
+
     async fn record(
         &self,
         event: &Event,

@@ -50,29 +50,12 @@ impl Handler for DeliveryHandler {
                 give_up: true,
             }
         };
-        let attempt = match attempt {
-            Attempt::Failed {
-                status_code, error, ..
-            } if delivery.is_last_attempt() => Attempt::Failed {
-                status_code,
-                error,
-                give_up: true,
-            },
-            other => other,
-        };
+        let (attempt, outcome) = settle(attempt, delivery, self.retry_base, self.retry_max);
         if let Err(e) = maestro_db::webhooks::record_attempt(&self.pool, pending.id, &attempt).await
         {
             tracing::warn!(error = %e, "cannot record a delivery attempt");
         }
-        match attempt {
-            Attempt::Delivered { .. } | Attempt::Failed { give_up: true, .. } => Outcome::Done,
-            Attempt::Failed { .. } => Outcome::Retry(backoff(
-                delivery.attempt as i32,
-                self.retry_base,
-                self.retry_max,
-                None,
-            )),
-        }
+        outcome
     }
 
     async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
@@ -96,45 +79,85 @@ impl DeliveryHandler {
         let msg_id = format!("msg_{}", pending.notification_id.simple());
         let timestamp = Utc::now().timestamp();
         let signature = secret.sign(&msg_id, timestamp, &body);
-        let mut headers = reqwest::header::HeaderMap::new();
-        let mut trace = async_nats::HeaderMap::new();
-        maestro_messaging::trace::inject(&mut trace);
-        if let Some(Ok(traceparent)) = trace.get("traceparent").map(|v| v.as_str().parse()) {
-            headers.insert("traceparent", traceparent);
-        }
         let request = self
             .http
             .post(&pending.url)
-            .headers(headers)
             .header("content-type", "application/json")
             .header("user-agent", "maestro-notifier")
             .header("webhook-id", &msg_id)
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature)
             .body(body);
-        match request.send().await {
-            Ok(response) if response.status().is_success() => {
-                tracing::info!(delivery_id = %pending.id, status = response.status().as_u16(), "webhook delivered");
-                Attempt::Delivered {
-                    status_code: i32::from(response.status().as_u16()),
-                }
+        post(request, "webhook", &pending.id).await
+    }
+}
+
+/// The attempt as it is recorded (a failed last attempt gives up) and what becomes of the
+/// message: done, or retried after a backoff.
+pub(crate) fn settle(
+    attempt: Attempt,
+    delivery: &Delivery,
+    retry_base: Duration,
+    retry_max: Duration,
+) -> (Attempt, Outcome) {
+    let attempt = match attempt {
+        Attempt::Failed {
+            status_code, error, ..
+        } if delivery.is_last_attempt() => Attempt::Failed {
+            status_code,
+            error,
+            give_up: true,
+        },
+        other => other,
+    };
+    let outcome = match attempt {
+        Attempt::Delivered { .. } | Attempt::Failed { give_up: true, .. } => Outcome::Done,
+        Attempt::Failed { .. } => Outcome::Retry(backoff(
+            delivery.attempt as i32,
+            retry_base,
+            retry_max,
+            None,
+        )),
+    };
+    (attempt, outcome)
+}
+
+/// Send one request (with the current trace's `traceparent`): a 2xx answer is delivered,
+/// anything else a failure to retry.
+pub(crate) async fn post(
+    request: reqwest::RequestBuilder,
+    what: &str,
+    id: &(dyn std::fmt::Display + Sync),
+) -> Attempt {
+    let mut trace = async_nats::HeaderMap::new();
+    maestro_messaging::trace::inject(&mut trace);
+    let request = match trace.get("traceparent") {
+        Some(traceparent) => request.header("traceparent", traceparent.as_str()),
+        None => request,
+    };
+    match request.send().await {
+        Ok(response) if response.status().is_success() => {
+            let status = response.status().as_u16();
+            tracing::info!(delivery_id = %id, status, "{what} delivered");
+            Attempt::Delivered {
+                status_code: i32::from(status),
             }
-            Ok(response) => {
-                let status = response.status().as_u16();
-                tracing::warn!(delivery_id = %pending.id, status, "webhook refused");
-                Attempt::Failed {
-                    status_code: Some(i32::from(status)),
-                    error: format!("HTTP {status}"),
-                    give_up: false,
-                }
+        }
+        Ok(response) => {
+            let status = response.status().as_u16();
+            tracing::warn!(delivery_id = %id, status, "{what} refused");
+            Attempt::Failed {
+                status_code: Some(i32::from(status)),
+                error: format!("HTTP {status}"),
+                give_up: false,
             }
-            Err(e) => {
-                tracing::warn!(delivery_id = %pending.id, error = %e, "webhook not delivered");
-                Attempt::Failed {
-                    status_code: None,
-                    error: e.to_string(),
-                    give_up: false,
-                }
+        }
+        Err(e) => {
+            tracing::warn!(delivery_id = %id, error = %e, "{what} not delivered");
+            Attempt::Failed {
+                status_code: None,
+                error: e.to_string(),
+                give_up: false,
             }
         }
     }

@@ -9,5 +9,6 @@ pub mod jsonrpc;
 pub mod map;
 pub mod stream;
 pub mod types;
+pub mod v03;
 
 pub use error::{A2aError, ErrorKind};

@@ -79,6 +79,10 @@ impl Renderer {
         let Ok(change) = serde_json::from_value::<JobStateChange>(event.payload.clone()) else {
             return Vec::new();
         };
+        if change.followed_by.is_some() {
+            // A job that hands the task to the next (an answered question): not an end.
+            return Vec::new();
+        }
         let state = state_of(change.status, change.wait_reason);
         if self.state == Some(state) {
             return Vec::new();
@@ -216,6 +220,23 @@ mod tests {
         );
         assert!(
             matches!(&done[1], StreamResponse::StatusUpdate(s) if s.status.state == TaskState::Completed)
+        );
+    }
+
+    #[test]
+    fn an_answered_question_is_not_the_end_of_the_task() {
+        let mut renderer = Renderer::new("t".into(), "c".into(), None, StreamId::default());
+        let mut handed_on = state(JobStatus::Succeeded);
+        handed_on["followed_by"] = json!(JobId::new());
+        assert!(
+            renderer
+                .event(&event(5, EventKind::JobState, handed_on))
+                .is_empty(),
+            "no completion while the next job carries the task on"
+        );
+        let queued = renderer.event(&event(6, EventKind::JobState, state(JobStatus::Queued)));
+        assert!(
+            matches!(&queued[..], [StreamResponse::StatusUpdate(s)] if s.status.state == TaskState::Submitted)
         );
     }
 }

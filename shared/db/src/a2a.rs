@@ -1,7 +1,8 @@
 //! What only the A2A binding reads and writes: pages of an owner's tasks by their last change
-//! (`ListTasks`), and per-task push notification configs.
+//! (`ListTasks`), per-task push notification configs and their deliveries.
 
 use chrono::{DateTime, Utc};
+use maestro_domain::webhook::DeliveryStatus;
 use maestro_domain::{JobStatus, Owner, TaskId, WaitReason};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -174,6 +175,135 @@ pub async fn delete_push_config(pool: &PgPool, task_id: TaskId, id: &str) -> Res
     .execute(pool)
     .await?;
     Ok(done.rows_affected() > 0)
+}
+
+/// The task's context (as [`context_of`]) when the task has any push config; `None` (the
+/// usual case, one index probe) when nobody is to be told.
+pub async fn push_context(pool: &PgPool, task_id: TaskId) -> Result<Option<String>, DbError> {
+    let row = sqlx::query_scalar!(
+        r#"
+        SELECT COALESCE(t.context_id, t.id::text) AS "context!" FROM tasks t
+         WHERE t.id = $1 AND EXISTS (SELECT 1 FROM a2a_push_configs c WHERE c.task_id = t.id)
+        "#,
+        task_id.0
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row)
+}
+
+/// Queue one delivery per push config of the task and item (the stream events event
+/// `event_seq` means, in order), with the outbox rows that publish them (topic `a2a_push`),
+/// in one statement. Recording the same event twice changes nothing; returns the deliveries
+/// queued.
+pub async fn record_pushes(
+    pool: &PgPool,
+    task_id: TaskId,
+    event_seq: i64,
+    items: &[serde_json::Value],
+) -> Result<i64, DbError> {
+    let items = serde_json::Value::from(items.to_vec());
+    let queued = sqlx::query_scalar!(
+        r#"
+        WITH d AS (
+            INSERT INTO a2a_push_deliveries (id, task_id, config_id, event_seq, item, payload)
+            SELECT gen_random_uuid(), c.task_id, c.id, $2, (i.n - 1)::smallint, i.payload
+              FROM a2a_push_configs c,
+                   jsonb_array_elements($3::jsonb) WITH ORDINALITY AS i(payload, n)
+             WHERE c.task_id = $1
+            ON CONFLICT (task_id, config_id, event_seq, item) DO NOTHING
+            RETURNING id
+        ), o AS (
+            INSERT INTO outbox (topic, msg_id, payload)
+            SELECT 'a2a_push', 'a2a-push:' || d.id, jsonb_build_object('delivery_id', d.id)
+              FROM d
+        )
+        SELECT count(*) AS "queued!" FROM d
+        "#,
+        task_id.0,
+        event_seq,
+        items
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(queued)
+}
+
+/// A push delivery to attempt, with its config.
+#[derive(Clone, PartialEq)]
+pub struct PushDelivery {
+    pub id: Uuid,
+    pub status: DeliveryStatus,
+    pub config: PushConfig,
+    pub payload: serde_json::Value,
+}
+
+impl std::fmt::Debug for PushDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushDelivery")
+            .field("id", &self.id)
+            .field("status", &self.status)
+            .field("url", &self.config.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A push delivery; `None` when its config was deleted since (and the delivery with it).
+pub async fn load_push(pool: &PgPool, id: Uuid) -> Result<Option<PushDelivery>, DbError> {
+    let row = sqlx::query!(
+        r#"
+        SELECT d.status, d.payload, c.task_id, c.id, c.url, c.token, c.auth_scheme,
+               c.auth_credentials
+          FROM a2a_push_deliveries d
+          JOIN a2a_push_configs c ON c.task_id = d.task_id AND c.id = d.config_id
+         WHERE d.id = $1
+        "#,
+        id
+    )
+    .fetch_optional(pool)
+    .await?;
+    row.map(|r| {
+        Ok(PushDelivery {
+            id,
+            status: DeliveryStatus::parse(&r.status).ok_or_else(|| {
+                DbError::corrupt(format!("unknown delivery status {:?}", r.status))
+            })?,
+            config: PushConfig {
+                task_id: TaskId(r.task_id),
+                id: r.id,
+                url: r.url,
+                token: r.token,
+                auth_scheme: r.auth_scheme,
+                auth_credentials: r.auth_credentials,
+            },
+            payload: r.payload,
+        })
+    })
+    .transpose()
+}
+
+/// Record an attempt at a push delivery; only a pending delivery changes.
+pub async fn record_push_attempt(
+    pool: &PgPool,
+    id: Uuid,
+    attempt: &crate::webhooks::Attempt,
+) -> Result<(), DbError> {
+    let (status, code, error) = attempt.columns();
+    sqlx::query!(
+        r#"
+        UPDATE a2a_push_deliveries
+           SET status = $2, attempts = attempts + 1, last_status_code = $3, last_error = $4,
+               delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
+         WHERE id = $1 AND status = 'pending'
+        "#,
+        id,
+        status.as_str(),
+        code,
+        error
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// A task's context as A2A names it (its own id when it has none).

@@ -29,6 +29,9 @@ pub struct NewTask<'a> {
     pub context_id: Option<&'a str>,
     /// The A2A `messageId` its instruction came as.
     pub message_id: Option<&'a str>,
+    /// An A2A push notification config to store with it (its `task_id` is ignored), so the
+    /// task's first events are pushed too.
+    pub push: Option<&'a crate::a2a::PushConfig>,
 }
 
 /// Record the piece the router chose for a task created for it (piece `auto`); a task
@@ -48,8 +51,8 @@ pub async fn resolve_piece(pool: &PgPool, id: TaskId, piece: &str) -> Result<Str
     Ok(row)
 }
 
-/// Insert the task, its instruction comment, its first job (`queued`) and that job's first
-/// event, in one statement, and return the new task. Returns `None`, writing nothing, when
+/// Insert the task, its instruction comment, its first job (`queued`), that job's first
+/// event and the push config it came with, in one statement, and return the new task. Returns `None`, writing nothing, when
 /// the owner already used this idempotency key.
 pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecord>, DbError> {
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
@@ -72,6 +75,9 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         ), event AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job
+        ), push AS (
+            INSERT INTO a2a_push_configs (task_id, id, url, token, auth_scheme, auth_credentials)
+            SELECT task.id, $16, $17, $18, $19, $20 FROM task WHERE $17::text IS NOT NULL
         )
         SELECT created_at FROM task
         "#,
@@ -90,6 +96,11 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         new.start_movement,
         new.context_id,
         new.message_id,
+        new.push.map(|p| p.id.as_str()),
+        new.push.map(|p| p.url.as_str()),
+        new.push.and_then(|p| p.token.as_deref()),
+        new.push.and_then(|p| p.auth_scheme.as_deref()),
+        new.push.and_then(|p| p.auth_credentials.as_deref()),
     )
     .fetch_optional(pool)
     .await?;

@@ -220,28 +220,37 @@ pub enum Attempt {
     },
 }
 
+impl Attempt {
+    /// The delivery's status after the attempt, the answer's status code and the error.
+    pub fn columns(&self) -> (DeliveryStatus, Option<i32>, Option<&str>) {
+        match self {
+            Attempt::Delivered { status_code } => {
+                (DeliveryStatus::Delivered, Some(*status_code), None)
+            }
+            Attempt::Failed {
+                status_code,
+                error,
+                give_up,
+            } => (
+                if *give_up {
+                    DeliveryStatus::Failed
+                } else {
+                    DeliveryStatus::Pending
+                },
+                *status_code,
+                Some(error.as_str()),
+            ),
+        }
+    }
+}
+
 /// Record an attempt; only a pending delivery changes.
 pub async fn record_attempt(
     pool: &PgPool,
     id: DeliveryId,
     attempt: &Attempt,
 ) -> Result<(), DbError> {
-    let (status, code, error) = match attempt {
-        Attempt::Delivered { status_code } => (DeliveryStatus::Delivered, Some(*status_code), None),
-        Attempt::Failed {
-            status_code,
-            error,
-            give_up,
-        } => (
-            if *give_up {
-                DeliveryStatus::Failed
-            } else {
-                DeliveryStatus::Pending
-            },
-            *status_code,
-            Some(error.as_str()),
-        ),
-    };
+    let (status, code, error) = attempt.columns();
     sqlx::query!(
         r#"
         UPDATE webhook_deliveries

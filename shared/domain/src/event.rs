@@ -170,6 +170,10 @@ pub struct JobStateChange {
     /// API shows them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required_actions: Vec<Value>,
+    /// The job that carries the task on from here (an answered question's follow-up): the
+    /// job is over, the task is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub followed_by: Option<JobId>,
 }
 
 impl JobStateChange {
@@ -184,6 +188,7 @@ impl JobStateChange {
             next_retry_at: None,
             reason: None,
             required_actions: Vec::new(),
+            followed_by: None,
         }
     }
 }

@@ -14,6 +14,8 @@ pub enum Topic {
     Notification(NotificationType),
     /// A webhook delivery to attempt.
     WebhookDelivery,
+    /// An A2A push notification delivery to attempt.
+    A2aPush,
 }
 
 /// A stored topic this version cannot read.
@@ -32,6 +34,7 @@ impl Topic {
             Topic::Event { .. } => "event",
             Topic::Notification(_) => "notification",
             Topic::WebhookDelivery => "webhook_delivery",
+            Topic::A2aPush => "a2a_push",
         }
     }
 
@@ -49,6 +52,7 @@ impl Topic {
                 NotificationType::parse(kind).map(Topic::Notification)
             }
             ("webhook_delivery", _, _) => Some(Topic::WebhookDelivery),
+            ("a2a_push", _, _) => Some(Topic::A2aPush),
             _ => None,
         };
         parsed.ok_or_else(|| UnknownTopic {
@@ -80,6 +84,10 @@ mod tests {
         assert_eq!(
             Topic::from_parts("webhook_delivery", None, None),
             Ok(Topic::WebhookDelivery)
+        );
+        assert_eq!(
+            Topic::from_parts("a2a_push", None, None),
+            Ok(Topic::A2aPush)
         );
         assert!(Topic::from_parts("event", None, Some("job_state")).is_err());
         assert!(Topic::from_parts("events.x.y", None, None).is_err());

@@ -87,7 +87,8 @@ pub struct ToolsCancel {
 }
 
 /// "Attempt this webhook delivery": published from the outbox on `<p>.webhooks.deliver`
-/// with `Nats-Msg-Id = delivery:<id>`.
+/// with `Nats-Msg-Id = delivery:<id>` (and, for an A2A push notification delivery, on
+/// `<p>.webhooks.a2a` with `Nats-Msg-Id = a2a-push:<id>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookDelivery {
     pub delivery_id: DeliveryId,

@@ -103,7 +103,7 @@ pub async fn ensure_streams(
         },
         stream::Config {
             name: subjects.stream(WEBHOOKS),
-            subjects: vec![subjects.webhook_deliver()],
+            subjects: vec![subjects.webhook_deliver(), subjects.a2a_push()],
             retention: stream::RetentionPolicy::WorkQueue,
             duplicate_window: settings.duplicate_window,
             ..Default::default()
@@ -259,6 +259,23 @@ pub async fn webhook_consumer(
         js,
         &subjects.stream(WEBHOOKS),
         "notifier_webhooks",
+        filter,
+        settings,
+    )
+    .await
+}
+
+/// The durable consumer the notifier attempts A2A push notification deliveries from.
+pub async fn a2a_push_consumer(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    settings: &ConsumerSettings,
+) -> Result<consumer::PullConsumer, SetupError> {
+    let filter = subjects.a2a_push();
+    ensure_consumer(
+        js,
+        &subjects.stream(WEBHOOKS),
+        "notifier_a2a_push",
         filter,
         settings,
     )

@@ -15,6 +15,8 @@
 //! | `<p>.tools.mcp.list` | the tools of an MCP server, request/reply to the tool-runner |
 //! | `<p>.notify.<type>` | notifications such as `task.succeeded` (stream `<P>_NOTIFY`) |
 //! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
+//! | `<p>.webhooks.a2a` | A2A push notification deliveries to attempt (same stream) |
+//! | `<p>.a2a.rpc` | A2A JSON-RPC requests, request/reply to the gateway (core NATS) |
 
 use maestro_domain::notification::NotificationType;
 use maestro_domain::topic::Topic;
@@ -87,6 +89,7 @@ impl Subjects {
             Topic::Event { task_id, kind } => self.event(task_id, kind),
             Topic::Notification(kind) => self.notify(kind),
             Topic::WebhookDelivery => self.webhook_deliver(),
+            Topic::A2aPush => self.a2a_push(),
         }
     }
 
@@ -163,6 +166,16 @@ impl Subjects {
         format!("{}.webhooks.deliver", self.prefix)
     }
 
+    /// `<p>.a2a.rpc`: A2A JSON-RPC over NATS request/reply, answered by the gateway.
+    pub fn a2a_rpc(&self) -> String {
+        format!("{}.a2a.rpc", self.prefix)
+    }
+
+    /// `<p>.webhooks.a2a`: A2A push notification deliveries to attempt.
+    pub fn a2a_push(&self) -> String {
+        format!("{}.webhooks.a2a", self.prefix)
+    }
+
     /// Stream name for a role: `MAESTRO_JOBS`, `MAESTRO_EVENTS`, ...
     pub fn stream(&self, role: &str) -> String {
         let prefix: String = self
@@ -223,6 +236,7 @@ mod tests {
             "t-1.notify.task.failed"
         );
         assert_eq!(s.of_topic(Topic::WebhookDelivery), "t-1.webhooks.deliver");
+        assert_eq!(s.of_topic(Topic::A2aPush), "t-1.webhooks.a2a");
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub async fn answer(
     jobs::settle(&mut tx, asking.id, JobStatus::Succeeded, &result).await?;
     let mut done = JobStateChange::new(JobStatus::Succeeded, asking.attempt);
     done.result = Some(result);
+    done.followed_by = Some(new_job);
     let decided = DecisionEvent::new(ask.id, ask.kind(), &decision, JobStatus::Succeeded);
     let ended = [EventBody::Decision(decided), EventBody::JobState(done)];
     events::push(&mut tx, asking.id, &ended).await?;

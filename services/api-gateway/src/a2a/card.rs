@@ -31,10 +31,10 @@ const MAX_AGE_SECS: u32 = 300;
 
 /// The card, its URLs based at `base` (`http://host:port`).
 pub fn card(state: &AppState, base: &str) -> AgentCard {
-    let interface = |path: &str, binding: &str| AgentInterface {
+    let interface = |path: &str, binding: &str, version: &str| AgentInterface {
         url: format!("{base}{path}"),
         protocol_binding: binding.to_owned(),
-        protocol_version: PROTOCOL_VERSION.to_owned(),
+        protocol_version: version.to_owned(),
     };
     let skills = skills(state);
     let bearer = SecurityScheme {
@@ -53,8 +53,9 @@ pub fn card(state: &AppState, base: &str) -> AgentCard {
                       `metadata.skill`."
             .to_owned(),
         supported_interfaces: vec![
-            interface(JSONRPC_PATH, "JSONRPC"),
-            interface(REST_PATH, "HTTP+JSON"),
+            interface(JSONRPC_PATH, "JSONRPC", PROTOCOL_VERSION),
+            interface(REST_PATH, "HTTP+JSON", PROTOCOL_VERSION),
+            interface(JSONRPC_PATH, "JSONRPC", "0.3"),
         ],
         provider: Some(AgentProvider {
             url: base.to_owned(),
@@ -72,6 +73,12 @@ pub fn card(state: &AppState, base: &str) -> AgentCard {
         skills,
         icon_url: None,
     }
+}
+
+/// The card as JSON, with the fields 0.3 clients read merged in.
+pub fn json(state: &AppState, base: &str) -> serde_json::Value {
+    let card = serde_json::to_value(card(state, base)).expect("the card serializes");
+    maestro_a2a::v03::card_with_v03(&card, &format!("{base}{JSONRPC_PATH}"))
 }
 
 /// One skill per piece, and the router.
@@ -108,7 +115,7 @@ fn skills(state: &AppState) -> Vec<AgentSkill> {
 fn capabilities() -> AgentCapabilities {
     AgentCapabilities {
         streaming: Some(true),
-        push_notifications: Some(false),
+        push_notifications: Some(true),
         extensions: vec![
             AgentExtension {
                 uri: RESUME_EXTENSION.to_owned(),
@@ -153,7 +160,7 @@ pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
 
 /// `GET /.well-known/agent-card.json`
 pub async fn public(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let card = card(&state, &base_url(&state, &headers));
+    let card = json(&state, &base_url(&state, &headers));
     let body = serde_json::to_vec(&card).expect("the card serializes");
     let digest = Sha256::digest(&body);
     let etag = format!(

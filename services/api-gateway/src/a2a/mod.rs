@@ -5,6 +5,7 @@
 
 mod card;
 mod ops;
+mod push;
 mod rest;
 mod rpc;
 mod sse;
@@ -12,9 +13,9 @@ mod version;
 
 use axum::Router;
 use axum::routing::{self, post};
+use maestro_a2a::A2aError;
 use maestro_a2a::map::Shape;
 use maestro_a2a::types::{SendMessageRequest, StreamResponse, Task, TaskIdRequest};
-use maestro_a2a::{A2aError, ErrorKind};
 
 use crate::state::AppState;
 use ops::Ctx;
@@ -71,12 +72,4 @@ async fn get(ctx: Ctx<'_>, request: &TaskIdRequest) -> Result<Task, A2aError> {
         include_artifacts: true,
     };
     ops::task(ctx, task_id, shape).await
-}
-
-/// Push notification configs, until the notifier delivers them.
-fn push_unsupported() -> A2aError {
-    A2aError::new(
-        ErrorKind::PushNotificationNotSupported,
-        "push notifications are not supported by this agent (see capabilities.pushNotifications)",
-    )
 }

@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use maestro_a2a::map::{self, Shape, TaskParts};
 use maestro_a2a::types::{
-    ListTasksRequest, ListTasksResponse, Message, Role, SendMessageRequest, Task, TaskState,
+    ListTasksRequest, ListTasksResponse, Message, Role, SendMessageRequest, Task,
+    TaskPushNotificationConfig, TaskState,
 };
 use maestro_a2a::{A2aError, ErrorKind};
 use maestro_api::DecideRequest;
@@ -77,18 +78,23 @@ pub async fn owned(ctx: Ctx<'_>, raw: &str) -> Result<TaskId, A2aError> {
 pub async fn send(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<TaskId, A2aError> {
     let message = &request.message;
     check_message(message)?;
-    let push = request.configuration.as_ref();
-    if push.is_some_and(|c| c.task_push_notification_config.is_some()) {
-        return Err(A2aError::new(
-            ErrorKind::PushNotificationNotSupported,
-            "push notifications are not supported yet",
-        ));
-    }
+    let push = request
+        .configuration
+        .as_ref()
+        .and_then(|c| c.task_push_notification_config.as_ref());
     match message.task_id.as_deref().filter(|t| !t.is_empty()) {
-        None => create(ctx, request).await,
+        None => create(ctx, request, push).await,
         Some(raw) => {
             let task_id = owned(ctx, raw).await?;
-            reach(ctx, task_id, request).await
+            let push = push
+                .map(|p| super::push::config_of(task_id, p))
+                .transpose()?;
+            reach(ctx, task_id, request).await?;
+            // Stored once the message is taken (a refused message writes nothing).
+            if let Some(push) = push {
+                super::push::put(ctx, push).await?;
+            }
+            Ok(task_id)
         }
     }
 }
@@ -151,7 +157,11 @@ fn meta<'a>(request: &'a SendMessageRequest, key: &str) -> Option<&'a Value> {
     on_message.or_else(|| request.metadata.as_ref().and_then(|m| m.get(key)))
 }
 
-async fn create(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<TaskId, A2aError> {
+async fn create(
+    ctx: Ctx<'_>,
+    request: &SendMessageRequest,
+    push: Option<&TaskPushNotificationConfig>,
+) -> Result<TaskId, A2aError> {
     let settings = &ctx.state.settings;
     let message = &request.message;
     let instruction =
@@ -168,6 +178,9 @@ async fn create(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<TaskId, A2
         validate::request_hash(&["a2a", &instruction, &piece, given.as_deref().unwrap_or("")]);
     let context = given.unwrap_or_else(maestro_db::a2a::new_context);
     let (task_id, job_id) = (TaskId::new(), JobId::new());
+    let push = push
+        .map(|p| super::push::config_of(task_id, p))
+        .transpose()?;
     let new = NewTask {
         id: task_id,
         job_id,
@@ -182,6 +195,7 @@ async fn create(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<TaskId, A2
         max_attempts: settings.job_max_attempts,
         context_id: Some(&context),
         message_id: Some(&message.message_id),
+        push: push.as_ref(),
     };
     let created = maestro_db::tasks::create(&ctx.state.pool, &new)
         .await

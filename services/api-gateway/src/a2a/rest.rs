@@ -12,12 +12,16 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use maestro_a2a::types::{ListTasksRequest, SendMessageRequest, TaskIdRequest, TaskState};
+use maestro_a2a::types::{
+    ListPushConfigsRequest, ListTasksRequest, PushConfigRequest, SendMessageRequest, TaskIdRequest,
+    TaskPushNotificationConfig, TaskState,
+};
 use maestro_a2a::{A2aError, ErrorKind};
 use maestro_domain::Owner;
 use serde::Serialize;
 
 use super::ops::{self, Ctx};
+use super::push;
 use super::rpc::json_content;
 use super::sse::{self, Envelope, Until};
 use super::{card, version};
@@ -172,13 +176,54 @@ fn list_request(params: &HashMap<String, String>) -> Result<ListTasksRequest, A2
     })
 }
 
+/// `/tasks/{id}/pushNotificationConfigs`: `POST` creates, `GET` lists; with `/{config}`, `GET`
+/// reads and `DELETE` deletes.
+async fn push_config(
+    ctx: Ctx<'_>,
+    method: &Method,
+    task: &str,
+    rest: &[&str],
+    headers: &HeaderMap,
+    bytes: &Bytes,
+) -> Result<Response, A2aError> {
+    let named = |id: &str| PushConfigRequest {
+        tenant: None,
+        task_id: task.to_owned(),
+        id: id.to_owned(),
+    };
+    match (method, rest) {
+        (&Method::POST, []) => {
+            let request: TaskPushNotificationConfig = body(headers, bytes, false)?;
+            push::create(ctx, &request, Some(task)).await.map(ok)
+        }
+        (&Method::GET, []) => {
+            let request = ListPushConfigsRequest {
+                tenant: None,
+                task_id: task.to_owned(),
+                page_size: None,
+                page_token: None,
+            };
+            push::list(ctx, &request).await.map(ok)
+        }
+        (&Method::GET, [id]) => push::get(ctx, &named(id)).await.map(ok),
+        (&Method::DELETE, [id]) => {
+            push::delete(ctx, &named(id)).await?;
+            Ok(ok(serde_json::json!({})))
+        }
+        _ => Err(A2aError::new(
+            ErrorKind::MethodNotFound,
+            format!("no A2A operation at {method} /tasks/{task}/pushNotificationConfigs"),
+        )),
+    }
+}
+
 /// `GET /extendedAgentCard`
 pub async fn extended_card(
     State(state): State<AppState>,
     _caller: Caller,
     headers: HeaderMap,
 ) -> Response {
-    ok(card::card(&state, &card::base_url(&state, &headers)))
+    ok(card::json(&state, &card::base_url(&state, &headers)))
 }
 
 /// Everything under `/tasks/{...}`: a task, its cancel and subscribe verbs, its push configs.
@@ -189,6 +234,7 @@ pub async fn on_task(
     headers: HeaderMap,
     Path(rest): Path<String>,
     Query(params): Params,
+    bytes: Bytes,
 ) -> Response {
     let ctx = Ctx {
         state: &state,
@@ -226,7 +272,9 @@ pub async fn on_task(
                 .await
                 .map(IntoResponse::into_response)
         }
-        (_, [_, "pushNotificationConfigs", ..]) => Err(super::push_unsupported()),
+        (_, [task, "pushNotificationConfigs", rest @ ..]) => {
+            push_config(ctx, &method, task, rest, &headers, &bytes).await
+        }
         _ => Err(A2aError::new(
             ErrorKind::MethodNotFound,
             format!("no A2A operation at {method} /tasks/{rest}"),

@@ -10,12 +10,15 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use maestro_a2a::jsonrpc::{self, Dialect, Method};
-use maestro_a2a::types::{ListTasksRequest, SendMessageRequest, TaskIdRequest};
-use maestro_a2a::{A2aError, ErrorKind};
+use maestro_a2a::types::{
+    ListTasksRequest, SendMessageRequest, TaskIdRequest, TaskPushNotificationConfig,
+};
+use maestro_a2a::{A2aError, ErrorKind, v03};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ops::{self, Ctx};
+use super::push;
 use super::sse::{self, Cursor, Envelope, Until};
 use super::{card, version};
 use crate::state::AppState;
@@ -58,16 +61,6 @@ pub async fn handle(
             return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
         }
     };
-    if dialect == Dialect::V03 {
-        let error = A2aError::new(
-            ErrorKind::MethodNotFound,
-            format!(
-                "the 0.3 method {} is not served yet; use the 1.0 names with A2A-Version: 1.0",
-                request.method
-            ),
-        );
-        return answer(jsonrpc::error(&id, &error, dialect));
-    }
     let ctx = Ctx {
         state: &state,
         owner: &owner,
@@ -77,10 +70,15 @@ pub async fn handle(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let params = match dialect {
+        Dialect::V1 => request.params,
+        Dialect::V03 => v03::params_from_v03(method, request.params),
+    };
     let call = Call {
         ctx,
         id: &id,
-        params: request.params,
+        dialect,
+        params,
         base: &base,
         last_event_id,
     };
@@ -115,6 +113,7 @@ enum Outcome {
 struct Call<'a> {
     ctx: Ctx<'a>,
     id: &'a Value,
+    dialect: Dialect,
     params: Value,
     base: &'a str,
     last_event_id: Option<String>,
@@ -128,6 +127,7 @@ impl Call<'_> {
 
     async fn dispatch(self, method: Method) -> Result<Outcome, A2aError> {
         let ctx = self.ctx;
+        let envelope = Envelope::JsonRpc(self.id.clone(), self.dialect);
         let value = match method {
             Method::SendMessage => {
                 let request: SendMessageRequest = self.params()?;
@@ -136,7 +136,6 @@ impl Call<'_> {
             Method::SendStreamingMessage => {
                 let request: SendMessageRequest = self.params()?;
                 let task_id = ops::send(ctx, &request).await?;
-                let envelope = Envelope::JsonRpc(self.id.clone());
                 let stream = sse::open(ctx, task_id, None, envelope, Until::Interrupted);
                 return Ok(Outcome::Stream(stream.await?));
             }
@@ -160,18 +159,26 @@ impl Call<'_> {
                     .and_then(Value::as_str)
                     .map(str::to_owned)
                     .or(self.last_event_id.clone());
-                let envelope = Envelope::JsonRpc(self.id.clone());
                 return Ok(Outcome::Stream(
                     subscribe(ctx, &request.id, cursor, envelope).await?,
                 ));
             }
-            Method::GetExtendedAgentCard => to_value(card::card(ctx.state, self.base)),
-            Method::CreatePushConfig
-            | Method::GetPushConfig
-            | Method::ListPushConfigs
-            | Method::DeletePushConfig => return Err(super::push_unsupported()),
+            Method::GetExtendedAgentCard => card::json(ctx.state, self.base),
+            Method::CreatePushConfig => {
+                let request: TaskPushNotificationConfig = self.params()?;
+                to_value(push::create(ctx, &request, None).await?)
+            }
+            Method::GetPushConfig => to_value(push::get(ctx, &self.params()?).await?),
+            Method::ListPushConfigs => to_value(push::list(ctx, &self.params()?).await?),
+            Method::DeletePushConfig => {
+                push::delete(ctx, &self.params()?).await?;
+                Value::Object(Default::default())
+            }
         };
-        Ok(Outcome::Unary(value))
+        Ok(Outcome::Unary(match self.dialect {
+            Dialect::V1 => value,
+            Dialect::V03 => to_v03(method, &value),
+        }))
     }
 }
 
@@ -203,6 +210,23 @@ pub async fn subscribe(
         }
     }
     sse::open(ctx, task_id, cursor, envelope, Until::Over).await
+}
+
+/// A 1.0 result as a 0.3 client reads it.
+fn to_v03(method: Method, value: &Value) -> Value {
+    match method {
+        Method::SendMessage => v03::result_to_v03(value),
+        Method::GetTask | Method::CancelTask => v03::task_to_v03(value),
+        Method::CreatePushConfig | Method::GetPushConfig => v03::push_config_to_v03(value),
+        Method::ListPushConfigs => Value::Array(
+            value["configs"]
+                .as_array()
+                .map(|c| c.iter().map(v03::push_config_to_v03).collect())
+                .unwrap_or_default(),
+        ),
+        Method::DeletePushConfig => Value::Null,
+        _ => value.clone(),
+    }
 }
 
 fn to_value(value: impl serde::Serialize) -> Value {

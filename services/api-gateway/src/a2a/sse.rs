@@ -11,9 +11,10 @@
 use std::fmt;
 
 use axum::response::sse::Event as SseEvent;
+use maestro_a2a::jsonrpc::Dialect;
 use maestro_a2a::stream::Renderer;
 use maestro_a2a::types::{StreamResponse, Task};
-use maestro_a2a::{A2aError, jsonrpc};
+use maestro_a2a::{A2aError, jsonrpc, v03};
 use maestro_domain::{Event, StreamId, TaskId};
 use maestro_messaging::payloads::{Delta, DeltaFragment};
 use serde_json::Value;
@@ -24,8 +25,8 @@ use crate::stream::{self, Render, SseStream};
 /// How each event is wrapped.
 #[derive(Debug, Clone)]
 pub enum Envelope {
-    /// A JSON-RPC response carrying the request's id.
-    JsonRpc(Value),
+    /// A JSON-RPC response carrying the request's id, in the request's protocol version.
+    JsonRpc(Value, Dialect),
     /// The bare `StreamResponse` (HTTP+JSON binding).
     Bare,
 }
@@ -34,7 +35,10 @@ impl Envelope {
     fn data(&self, item: &StreamResponse) -> String {
         let value = serde_json::to_value(item).unwrap_or(Value::Null);
         match self {
-            Envelope::JsonRpc(id) => jsonrpc::result(id, value).to_string(),
+            Envelope::JsonRpc(id, Dialect::V1) => jsonrpc::result(id, value).to_string(),
+            Envelope::JsonRpc(id, Dialect::V03) => {
+                jsonrpc::result(id, v03::result_to_v03(&value)).to_string()
+            }
             Envelope::Bare => value.to_string(),
         }
     }

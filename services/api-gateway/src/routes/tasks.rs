@@ -75,6 +75,7 @@ pub async fn create(
         max_attempts: state.settings.job_max_attempts,
         context_id: None,
         message_id: None,
+        push: None,
     };
     let Some(task) = maestro_db::tasks::create(&state.pool, &new).await? else {
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
