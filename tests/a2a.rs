@@ -2,8 +2,9 @@
 //! runs are `a2a_sdk.rs`): the agent card; a message that becomes a task and reads back;
 //! questions and tool approvals answered through `input-required`; every error the spec
 //! names, each writing nothing; the HTTP+JSON binding; cancel; the Continue extension; push
-//! notifications received by a small server; the 0.3 names and shapes; and streams that
-//! resume after any event — hundreds of reconnects, nothing lost or repeated.
+//! notifications received by a small server; the 0.3 names and shapes; the JSON-RPC binding
+//! over NATS; and streams that resume after any event — hundreds of reconnects, nothing lost
+//! or repeated.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -864,10 +865,134 @@ async fn push_notifications_reach_the_client_with_its_token_and_every_state() {
     );
     let keys: BTreeSet<String> = got.iter().map(|(seq, p)| format!("{seq}:{p}")).collect();
     assert_eq!(keys.len(), got.len(), "no push twice");
-    let delivered: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM a2a_push_deliveries WHERE status = 'delivered'")
-            .fetch_one(&stack.db.pool)
-            .await
-            .expect("count");
-    assert!(delivered >= got.len() as i64);
+    // The notifier records a delivery once the receiver has answered.
+    let delivered = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM a2a_push_deliveries WHERE status = 'delivered'",
+        )
+        .fetch_one(&stack.db.pool)
+        .await
+        .expect("count")
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while delivered().await < got.len() as i64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "deliveries recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_calls_over_nats_get_the_same_answers() {
+    let stack = stack().await;
+    let nats = async_nats::connect(&stack.nats.url).await.expect("NATS");
+    let subject = format!("{}.a2a.rpc", stack.prefix);
+    let call = |token: Option<&str>, version: Option<&str>, method: &str, params: Value| {
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(token) = token {
+            headers.insert("Authorization", format!("Bearer {token}").as_str());
+        }
+        if let Some(version) = version {
+            headers.insert("A2A-Version", version);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": "n", "method": method, "params": params});
+        let (nats, subject) = (nats.clone(), subject.clone());
+        async move {
+            let reply = nats
+                .request_with_headers(subject, headers, body.to_string().into())
+                .await
+                .expect("an answer over NATS");
+            serde_json::from_slice::<Value>(&reply.payload).expect("JSON")
+        }
+    };
+    let me = Some(stack.token.as_str());
+    let sent = call(
+        me,
+        Some("1.0"),
+        "SendMessage",
+        message("n-1", "finish now, on the bus"),
+    )
+    .await;
+    let task = &sent["result"]["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{sent}");
+    let id = task["id"].as_str().expect("id").to_owned();
+
+    // The same answer as over HTTP.
+    let over_nats = call(me, Some("1.0"), "GetTask", json!({"id": id})).await;
+    let over_http = stack.a2a(false).rpc("GetTask", json!({"id": id})).await;
+    assert_eq!(over_nats["result"], over_http["result"]);
+    let listed = call(me, Some("1.0"), "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["totalSize"], 1);
+    let old = call(me, None, "tasks/get", json!({"id": id})).await;
+    assert_eq!(old["result"]["status"]["state"], "completed", "0.3 too");
+
+    // The same refusals, writing nothing.
+    let before = count_tasks(&stack).await;
+    let refusals = [
+        (
+            "no token",
+            call(None, Some("1.0"), "GetTask", json!({"id": id})).await,
+            -32600,
+        ),
+        (
+            "a wrong token",
+            call(
+                Some("nope-nope-nope"),
+                Some("1.0"),
+                "GetTask",
+                json!({"id": id}),
+            )
+            .await,
+            -32600,
+        ),
+        (
+            "someone else's task",
+            call(
+                Some(stack.other_token.as_str()),
+                Some("1.0"),
+                "GetTask",
+                json!({"id": id}),
+            )
+            .await,
+            -32001,
+        ),
+        (
+            "a stream",
+            call(
+                me,
+                Some("1.0"),
+                "SendStreamingMessage",
+                message("n-2", "finish now"),
+            )
+            .await,
+            -32004,
+        ),
+        (
+            "a subscription",
+            call(me, Some("1.0"), "SubscribeToTask", json!({"id": id})).await,
+            -32004,
+        ),
+        (
+            "an unknown method",
+            call(me, Some("1.0"), "Nope", json!({})).await,
+            -32601,
+        ),
+        (
+            "an unserved version",
+            call(me, Some("2.0"), "GetTask", json!({"id": id})).await,
+            -32009,
+        ),
+    ];
+    for (what, answer, code) in refusals {
+        assert_eq!(answer["error"]["code"], code, "{what}: {answer}");
+    }
+    let junk = nats
+        .request(subject.clone(), "not json".into())
+        .await
+        .expect("an answer");
+    let junk: Value = serde_json::from_slice(&junk.payload).expect("JSON");
+    assert_eq!(junk["error"]["code"], -32700);
+    assert_eq!(count_tasks(&stack).await, before, "no refusal wrote a task");
 }

@@ -108,13 +108,21 @@ fn pauses_and_webhooks() -> Router<AppState> {
 /// Bind, announce the address, and serve until `shutdown`. Then the listener closes, SSE
 /// streams end (clients resume elsewhere with `Last-Event-ID`) and open requests get
 /// `SHUTDOWN_GRACE_MS` to finish.
-pub async fn serve(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.addr)
         .await
         .with_context(|| format!("bind {}", settings.addr))?;
     let addr: SocketAddr = listener.local_addr()?;
+    // The address as bound (a port of 0 is chosen now): the card's URLs name it.
+    settings.addr = addr;
     let grace = settings.shutdown_grace;
     let state = AppState::connect(settings, shutdown.clone()).await?;
+    let on_nats = crate::a2a::nats::serve(state.clone());
+    tokio::spawn(async move {
+        if let Err(e) = on_nats.await {
+            tracing::error!(error = %e, "A2A over NATS stopped");
+        }
+    });
     tracing::info!(%addr, "api-gateway listening");
     maestro_runtime::announce_ready("api-gateway", Some(addr));
     let server = axum::serve(listener, router(state))

@@ -1,9 +1,10 @@
 //! A2A 1.0 (Agent2Agent protocol): the agent card, the JSON-RPC binding (`/a2a/v1`) and the
-//! HTTP+JSON binding (`/a2a/rest/...`), one set of operations under both (`ops.rs`), and
+//! HTTP+JSON binding (`/a2a/rest/...`), JSON-RPC over NATS (`nats.rs`), one set of operations under both (`ops.rs`), and
 //! streams that resume (`sse.rs`). The wire types and the mapping onto MAESTRO are
 //! `maestro_a2a`'s; `docs/a2a.md` is the user's guide.
 
 mod card;
+pub mod nats;
 mod ops;
 mod push;
 mod rest;

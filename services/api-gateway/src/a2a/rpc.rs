@@ -1,8 +1,8 @@
-//! The JSON-RPC binding: `POST /a2a/v1`, one JSON-RPC 2.0 request per call. Answers are HTTP
-//! 200 with a result or an error object (the SDKs read the code from the body), except a
-//! missing or unknown bearer token (401). Streaming methods answer with SSE, every event a
-//! JSON-RPC response carrying the request's id; a refusal before the first event is a plain
-//! JSON answer.
+//! The JSON-RPC binding: `POST /a2a/v1`, one JSON-RPC 2.0 request per call (and the same
+//! calls over NATS, `nats.rs`). Answers are HTTP 200 with a result or an error object (the
+//! SDKs read the code from the body), except a missing or unknown bearer token (401).
+//! Streaming methods answer with SSE, every event a JSON-RPC response carrying the request's
+//! id; a refusal before the first event is a plain JSON answer.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -30,14 +30,46 @@ pub async fn handle(
     uri: Uri,
     body: Bytes,
 ) -> Response {
-    if !json_content(&headers) {
+    match call(&state, &headers, uri.query(), &body, Carrier::Http).await {
+        Answer::Json(status, body) => (status, Json(body)).into_response(),
+        Answer::Stream(stream) => stream.into_response(),
+    }
+}
+
+/// What carries a JSON-RPC call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// `POST /a2a/v1`: every method, streams as SSE.
+    Http,
+    /// NATS request/reply (`<prefix>.a2a.rpc`): one reply per request, so the unary methods.
+    Nats,
+}
+
+/// What a JSON-RPC call answers: a JSON-RPC response (with the HTTP status it goes with), or
+/// a stream.
+pub enum Answer {
+    Json(StatusCode, Value),
+    Stream(crate::stream::SseStream),
+}
+
+/// One JSON-RPC call, whatever carried it: `headers` hold the bearer token, `A2A-Version`,
+/// `Last-Event-ID` and the content type.
+pub async fn call(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: &[u8],
+    carrier: Carrier,
+) -> Answer {
+    let answer = |body: Value| Answer::Json(StatusCode::OK, body);
+    if !json_content(headers) {
         let error = A2aError::new(
             ErrorKind::ContentTypeNotSupported,
             "send the request as application/json",
         );
         return answer(jsonrpc::error(&Value::Null, &error, Dialect::V1));
     }
-    let request = match jsonrpc::parse(&body) {
+    let request = match jsonrpc::parse(body) {
         Ok(request) => request,
         Err((id, error)) => return answer(jsonrpc::error(&id, &error, Dialect::V1)),
     };
@@ -49,23 +81,28 @@ pub async fn handle(
         );
         return answer(jsonrpc::error(&id, &error, Dialect::V1));
     };
-    let asked = version::asked(&headers, uri.query());
+    let asked = version::asked(headers, query);
     if let Err(error) = version::check(asked.as_deref(), dialect) {
         return answer(jsonrpc::error(&id, &error, dialect));
     }
-    let owner = match crate::auth::owner(&state, &headers) {
-        Ok(owner) => owner,
-        Err(_) => {
-            let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
-            let body = jsonrpc::error(&id, &error, dialect);
-            return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
-        }
+    let Ok(owner) = crate::auth::owner(state, headers) else {
+        let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
+        let body = jsonrpc::error(&id, &error, dialect);
+        return Answer::Json(StatusCode::UNAUTHORIZED, body);
     };
+    if carrier == Carrier::Nats && method.is_streaming() {
+        let error = A2aError::unsupported(format!(
+            "{} streams, and NATS request/reply carries one answer: call it over HTTP (SSE), \
+             or send the message with SendMessage and follow the task's events on the bus",
+            request.method
+        ));
+        return answer(jsonrpc::error(&id, &error, dialect));
+    }
     let ctx = Ctx {
-        state: &state,
+        state,
         owner: &owner,
     };
-    let base = card::base_url(&state, &headers);
+    let base = card::base_url(state, headers);
     let last_event_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -84,7 +121,7 @@ pub async fn handle(
     };
     match call.dispatch(method).await {
         Ok(Outcome::Unary(result)) => answer(jsonrpc::result(&id, result)),
-        Ok(Outcome::Stream(stream)) => stream.into_response(),
+        Ok(Outcome::Stream(stream)) => Answer::Stream(stream),
         Err(error) => answer(jsonrpc::error(&id, &error, dialect)),
     }
 }
@@ -97,10 +134,6 @@ pub fn json_content(headers: &HeaderMap) -> bool {
         .and_then(|v| v.split(';').next())
         .map(str::trim)
         .is_some_and(|v| v == "application/json" || v == "application/a2a+json")
-}
-
-fn answer(body: Value) -> Response {
-    (StatusCode::OK, Json(body)).into_response()
 }
 
 /// What a method answers.
