@@ -282,6 +282,47 @@ async fn questions_and_approvals_are_answered_through_input_required() {
     );
     let written = std::fs::read_to_string(stack.workspace(&id).join("note.txt")).expect("written");
     assert_eq!(written, "hi\n");
+
+    // The file it wrote is an artifact, served by URL to its owner only.
+    let artifacts = approved["task"]["artifacts"].as_array().expect("artifacts");
+    let file = artifacts
+        .iter()
+        .find(|a| a["artifactId"] == "file:note.txt")
+        .unwrap_or_else(|| panic!("a file artifact: {artifacts:?}"));
+    let part = &file["parts"][0];
+    assert_eq!(
+        (&part["filename"], &part["mediaType"]),
+        (&json!("note.txt"), &json!("text/plain"))
+    );
+    let url = part["url"].as_str().expect("a URL");
+    assert_eq!(
+        url,
+        stack.url(&format!("/api/local/tasks/{id}/files/note.txt"))
+    );
+    let fetch = |token: &str, url: String| {
+        let request = stack.http.get(url).bearer_auth(token);
+        async move { request.send().await.expect("an answer") }
+    };
+    let served = fetch(&stack.token, url.to_owned()).await;
+    assert_eq!(served.status(), 200);
+    assert_eq!(served.headers()["content-type"], "text/plain");
+    assert_eq!(served.headers()["content-security-policy"], "sandbox");
+    assert_eq!(served.text().await.expect("body"), "hi\n");
+    assert_eq!(
+        fetch(&stack.other_token, url.to_owned()).await.status(),
+        404,
+        "not bob's"
+    );
+    let missing = stack.url(&format!("/api/local/tasks/{id}/files/nope.txt"));
+    assert_eq!(fetch(&stack.token, missing).await.status(), 404);
+    let outside = stack.url(&format!(
+        "/api/local/tasks/{id}/files/..%2F..%2Fetc%2Fpasswd"
+    ));
+    assert_eq!(
+        fetch(&stack.token, outside).await.status(),
+        422,
+        "nothing outside the workspace"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,6 +24,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/local/tasks/{id}", get(routes::tasks::get))
         .route("/api/local/tasks/{id}/events", get(routes::history::events))
         .route(
+            "/api/local/tasks/{id}/files/{*path}",
+            get(routes::files::get),
+        )
+        .route(
             "/api/local/tasks/{id}/subtasks",
             get(routes::history::subtasks),
         )

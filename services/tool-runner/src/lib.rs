@@ -7,6 +7,7 @@ pub mod config;
 mod handle;
 pub mod mcp;
 pub mod sandbox;
+mod serve_file;
 pub mod server;
 pub mod tools;
 pub mod workspace;

@@ -45,6 +45,7 @@ struct Subscriptions {
     requests: Subscriber,
     cancels: Subscriber,
     listings: Subscriber,
+    file_reads: Subscriber,
 }
 
 impl Subscriptions {
@@ -60,9 +61,13 @@ impl Subscriptions {
                 .await
                 .context("subscribe to cancellations")?,
             listings: client
-                .queue_subscribe(subjects.mcp_list(), group)
+                .queue_subscribe(subjects.mcp_list(), group.clone())
                 .await
                 .context("subscribe to MCP listings")?,
+            file_reads: client
+                .queue_subscribe(subjects.files_read(), group)
+                .await
+                .context("subscribe to file reads")?,
         })
     }
 }
@@ -124,6 +129,10 @@ impl Server {
                     in_flight.spawn(self.clone().list(listing));
                     continue;
                 }
+                Some(read) = subscriptions.file_reads.next() => {
+                    in_flight.spawn(self.clone().serve_file(read));
+                    continue;
+                }
                 _ = shutdown.cancelled() => break,
             };
             let Some(message) = message else { break };
@@ -181,6 +190,21 @@ impl Server {
         let reply = list_mcp(&self.settings, &self.toolbox, &listing.payload).await;
         if let Some(to) = listing.reply {
             self.reply(to, &reply).await;
+        }
+    }
+
+    /// `<prefix>.tools.files.read`: read one workspace file and reply with its bytes.
+    async fn serve_file(self, read: Message) {
+        let Some(to) = read.reply else { return };
+        let outcome = crate::serve_file::read(
+            &self.settings.workspaces_dir,
+            &self.toolbox.sandbox,
+            &read.payload,
+        )
+        .await;
+        let (headers, body) = crate::serve_file::reply(outcome);
+        if let Err(e) = self.client.publish_with_headers(to, headers, body).await {
+            tracing::warn!(error = %e, "cannot send a file");
         }
     }
 

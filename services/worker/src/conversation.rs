@@ -105,8 +105,16 @@ fn user_text(opening: &Opening<'_>) -> String {
     let instruction = opening
         .handoff
         .map_or(claim.instruction.as_str(), |h| h.instruction);
+    // A task an A2A client sent says so: the client's message and context ids.
+    let a2a = claim.a2a.as_ref().map_or_else(String::new, |origin| {
+        let context = origin
+            .context_id
+            .as_deref()
+            .map_or_else(String::new, |c| format!("\na2a context: {c}"));
+        format!("\na2a message: {}{context}", origin.message_id)
+    });
     let mut user = format!(
-        "<context>\ntime: {}\ntask: {}\njob: {}\n</context>\n\n<instruction>\n{instruction}\n</instruction>",
+        "<context>\ntime: {}\ntask: {}\njob: {}{a2a}\n</context>\n\n<instruction>\n{instruction}\n</instruction>",
         claim.created_at.to_rfc3339_opts(SecondsFormat::Secs, true),
         claim.task_id,
         claim.job_no,
@@ -259,6 +267,7 @@ mod tests {
             task_max_attempts: 3,
             pending_interjections: 0,
             continued_from: None,
+            a2a: None,
         }
     }
 
@@ -300,6 +309,36 @@ mod tests {
         assert!(text.contains("<feedback from=\"implement\">\ntests pass\n</feedback>"));
         assert!(text.contains("This movement does not change files."));
         assert!(text.contains("- `ABORT`: The change cannot be made safely."));
+    }
+
+    #[test]
+    fn a_task_from_an_a2a_client_names_its_message_and_context() {
+        let catalog = Catalog::builtin();
+        let chat = catalog.get("chat").expect("chat");
+        let tools = maestro_domain::tools::builtin_tools();
+        let mut claim = claim(1);
+        claim.a2a = Some(maestro_db::claims::A2aOrigin {
+            message_id: "tck-complete-task-1".to_owned(),
+            context_id: Some("ctx-9".to_owned()),
+        });
+        let empty = WorkspaceContext::default();
+        let opening = Opening {
+            tools: &tools,
+            claim: &claim,
+            follow_ups: &[],
+            question: None,
+            workspace: &empty,
+            handoff: None,
+            additions: &[],
+        };
+        let start = chat.movement(&chat.start).expect("start");
+        let user = seed(chat, start, opening)[1].content.clone().expect("text");
+        assert!(
+            user.contains(
+                "job: 1\na2a message: tck-complete-task-1\na2a context: ctx-9\n</context>"
+            ),
+            "{user}"
+        );
     }
 
     #[test]

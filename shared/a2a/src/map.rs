@@ -76,6 +76,10 @@ pub struct TaskParts<'a> {
     pub comments: &'a [Comment],
     /// The task's events: the agent's replies and the latest state change.
     pub events: &'a [Event],
+    /// The files its jobs wrote (workspace paths), and the URL they are served under
+    /// (`<url><path>`).
+    pub files: &'a [String],
+    pub files_url: &'a str,
 }
 
 /// How much of a task to show.
@@ -107,12 +111,15 @@ pub fn task(parts: TaskParts<'_>, shape: Shape) -> Task {
         history.drain(..history.len().saturating_sub(n));
     }
     let artifacts = if shape.include_artifacts {
-        result_artifact(
+        let result = result_artifact(
             state,
             record.latest_job.as_ref().and_then(|j| j.result.as_deref()),
-        )
-        .into_iter()
-        .collect()
+        );
+        let files = parts
+            .files
+            .iter()
+            .map(|path| file_artifact(parts.files_url, path));
+        result.into_iter().chain(files).collect()
     } else {
         Vec::new()
     };
@@ -124,6 +131,64 @@ pub fn task(parts: TaskParts<'_>, shape: Shape) -> Task {
         history,
         metadata: None,
     }
+}
+
+/// A file a job wrote, as an artifact: `file:<path>`, one part served at `<files_url><path>`
+/// (each path segment percent-encoded).
+pub fn file_artifact(files_url: &str, path: &str) -> Artifact {
+    let encoded: Vec<String> = path.split('/').map(percent_encode).collect();
+    let filename = path.rsplit('/').next().unwrap_or(path).to_owned();
+    Artifact {
+        artifact_id: format!("file:{path}"),
+        name: Some(path.to_owned()),
+        description: Some("A file the agent wrote in the task's workspace.".to_owned()),
+        parts: vec![Part::file(
+            format!("{files_url}{}", encoded.join("/")),
+            filename,
+            media_type(path),
+        )],
+        metadata: None,
+        extensions: Vec::new(),
+    }
+}
+
+/// The media type a file's name suggests (`application/octet-stream` when it says nothing).
+pub fn media_type(path: &str) -> &'static str {
+    let extension = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+    match extension.as_deref() {
+        Some("txt" | "log") => "text/plain",
+        Some("md" | "markdown") => "text/markdown",
+        Some("html" | "htm") => "text/html",
+        Some("css") => "text/css",
+        Some("csv") => "text/csv",
+        Some("json") => "application/json",
+        Some("yaml" | "yml") => "application/yaml",
+        Some("toml") => "application/toml",
+        Some("xml") => "application/xml",
+        Some("js" | "mjs") => "text/javascript",
+        Some("py" | "rs" | "go" | "java" | "c" | "h" | "cpp" | "ts" | "sh" | "sql") => "text/plain",
+        Some("pdf") => "application/pdf",
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("svg") => "image/svg+xml",
+        Some("zip") => "application/zip",
+        _ => "application/octet-stream",
+    }
+}
+
+/// A path segment as a URL keeps it: unreserved characters as they are, the rest `%XX`.
+fn percent_encode(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(byte as char);
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
 }
 
 /// The finished task's result, as its artifact.

@@ -53,6 +53,15 @@ pub struct Claimed {
     pub pending_interjections: i32,
     /// Set on a job a Continue started: the job it carries on from.
     pub continued_from: Option<JobId>,
+    /// A task created over A2A: the `messageId` its instruction came as, and its context.
+    pub a2a: Option<A2aOrigin>,
+}
+
+/// Where an A2A task came from: what the agent is told in its dynamic context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct A2aOrigin {
+    pub message_id: String,
+    pub context_id: Option<String>,
 }
 
 /// The claim's row, before it is read into [`Claimed`].
@@ -80,6 +89,8 @@ struct Row {
     task_max_attempts: i32,
     grants: Vec<String>,
     continued_from_job_id: Option<uuid::Uuid>,
+    message_id: Option<String>,
+    context_id: Option<String>,
 }
 
 impl From<Row> for Claimed {
@@ -108,6 +119,10 @@ impl From<Row> for Claimed {
             task_max_attempts: r.task_max_attempts,
             pending_interjections: r.pending_interjections,
             continued_from: r.continued_from_job_id.map(JobId),
+            a2a: r.message_id.map(|message_id| A2aOrigin {
+                message_id,
+                context_id: r.context_id,
+            }),
         }
     }
 }
@@ -144,7 +159,7 @@ pub async fn claim(
          RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece,
                    tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
                    COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
-                   tasks.max_attempts AS task_max_attempts
+                   tasks.max_attempts AS task_max_attempts, tasks.context_id
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
@@ -160,7 +175,11 @@ pub async fn claim(
                t.parent_task_id AS "parent_task_id?", t.depth, t.workspace_id AS "workspace_id!",
                COALESCE(t.task_max_attempts, j.max_attempts) AS "task_max_attempts!",
                ARRAY(SELECT g.tool FROM task_grants g WHERE g.task_id = j.task_id ORDER BY g.tool)
-                   AS "grants!"
+                   AS "grants!",
+               t.context_id AS "context_id?",
+               (SELECT c.message_id FROM comments c
+                 WHERE c.task_id = j.task_id AND c.kind = 'instruction' AND t.context_id IS NOT NULL
+                 LIMIT 1) AS "message_id?"
           FROM j, t
         "#,
         job_id.0,

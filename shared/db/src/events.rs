@@ -82,6 +82,54 @@ pub async fn replies_and_states(pool: &PgPool, task_ids: &[TaskId]) -> Result<Ve
     rows.into_iter().map(Event::try_from).collect()
 }
 
+/// The files the tasks' jobs wrote: the `path` of every call of a file-writing tool
+/// ([`maestro_domain::tools::FILE_WRITERS`]) that succeeded, per task in the order of the
+/// calls, each path once.
+pub async fn files_written(
+    pool: &PgPool,
+    task_ids: &[TaskId],
+) -> Result<Vec<(TaskId, String)>, DbError> {
+    let ids: Vec<Uuid> = task_ids.iter().map(|t| t.0).collect();
+    let writers = maestro_domain::tools::FILE_WRITERS;
+    let rows = sqlx::query!(
+        r#"
+        SELECT c.task_id, c.payload->>'arguments' AS "arguments!"
+          FROM events c
+         WHERE c.task_id = ANY($1) AND c.kind = 'tool_call'
+           AND c.payload->>'name' = ANY($2) AND c.payload ? 'arguments'
+           AND EXISTS (SELECT 1 FROM events r
+                        WHERE r.task_id = c.task_id AND r.kind = 'tool_result'
+                          AND r.payload->>'call_id' = c.payload->>'call_id'
+                          AND r.payload->>'is_error' = 'false')
+         ORDER BY c.task_id, c.seq
+        "#,
+        &ids,
+        &writers.map(str::to_owned)
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut written: Vec<(TaskId, String)> = Vec::new();
+    for row in rows {
+        let arguments = serde_json::from_str::<serde_json::Value>(&row.arguments);
+        let Some(path) = arguments
+            .ok()
+            .and_then(|a| a["path"].as_str().map(normalize))
+        else {
+            continue;
+        };
+        let task = TaskId(row.task_id);
+        if !written.iter().any(|(t, p)| *t == task && *p == path) {
+            written.push((task, path));
+        }
+    }
+    Ok(written)
+}
+
+/// A workspace path as one file is named once (`./a.txt` and `a.txt` alike).
+fn normalize(path: &str) -> String {
+    path.trim().trim_start_matches("./").to_owned()
+}
+
 /// One event of a task.
 pub async fn get(pool: &PgPool, task_id: TaskId, seq: i64) -> Result<Option<Event>, DbError> {
     let row = sqlx::query_as!(

@@ -162,6 +162,23 @@ pub async fn exists(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<bool, Db
     Ok(row.is_some())
 }
 
+/// The workspace of `owner`'s task (its own, or its top task's); `None` when the owner has
+/// no such task.
+pub async fn workspace_of(
+    pool: &PgPool,
+    owner: &Owner,
+    id: TaskId,
+) -> Result<Option<TaskId>, DbError> {
+    let row = sqlx::query_scalar!(
+        r#"SELECT COALESCE(workspace_id, id) AS "workspace!" FROM tasks WHERE id = $1 AND owner = $2"#,
+        id.0,
+        owner.as_str()
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(TaskId))
+}
+
 /// One task of `owner`, with its latest job.
 pub async fn get(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<Option<TaskRecord>, DbError> {
     Ok(query_records(pool, owner, Some(&[id]), None, 1)

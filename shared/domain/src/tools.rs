@@ -160,6 +160,9 @@ pub fn builtin_tools() -> Vec<ToolSpec> {
     ]
 }
 
+/// The built-in tools that write the file their `path` argument names.
+pub const FILE_WRITERS: [&str; 2] = ["write_file", "edit_file"];
+
 /// Whether a built-in tool changes files in the workspace (needs the `edit` permission).
 pub fn edits_files(name: &str) -> bool {
     matches!(name, "write_file" | "edit_file" | "shell")
@@ -398,6 +401,58 @@ pub struct ToolExecRequest {
     /// For an MCP tool (`mcp__<server>__<tool>`): the server to run it on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<McpTarget>,
+}
+
+/// Read one file of a task's workspace for its owner (`<prefix>.tools.files.read`,
+/// request/reply): how the gateway serves the files a job wrote. The reply's body is the
+/// file's bytes; a refusal has the header [`FILE_ERROR_HEADER`] (one of [`FileError`]'s
+/// names) and the reason as its body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileReadRequest {
+    /// The workspace: the task's own, or its top task's.
+    pub workspace_id: TaskId,
+    /// Relative to the workspace root.
+    pub path: String,
+    /// Larger files are refused (`too_large`).
+    pub max_bytes: u64,
+}
+
+/// The header of a refused file read.
+pub const FILE_ERROR_HEADER: &str = "Maestro-File-Error";
+
+/// Why a file was not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileError {
+    /// No such file (or not a regular file).
+    NotFound,
+    /// Larger than the request's `max_bytes`.
+    TooLarge,
+    /// The path leads outside the workspace, or the request is malformed.
+    Refused,
+    /// The tool-runner cannot read files here (no sandbox) or failed.
+    Unavailable,
+}
+
+impl FileError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileError::NotFound => "not_found",
+            FileError::TooLarge => "too_large",
+            FileError::Refused => "refused",
+            FileError::Unavailable => "unavailable",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            FileError::NotFound,
+            FileError::TooLarge,
+            FileError::Refused,
+            FileError::Unavailable,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+    }
 }
 
 /// Ask a tool-runner for the tools of an MCP server (`<prefix>.tools.mcp.list`).

@@ -13,6 +13,7 @@
 //! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
 //! | `<p>.tools.cancel` | stop a job's running tool calls (core NATS, every tool-runner) |
 //! | `<p>.tools.mcp.list` | the tools of an MCP server, request/reply to the tool-runner |
+//! | `<p>.tools.files.read` | one file of a workspace, request/reply to the tool-runner |
 //! | `<p>.notify.<type>` | notifications such as `task.succeeded` (stream `<P>_NOTIFY`) |
 //! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
 //! | `<p>.webhooks.a2a` | A2A push notification deliveries to attempt (same stream) |
@@ -164,6 +165,11 @@ impl Subjects {
     /// `<p>.webhooks.deliver`
     pub fn webhook_deliver(&self) -> String {
         format!("{}.webhooks.deliver", self.prefix)
+    }
+
+    /// `<p>.tools.files.read`: one file of a workspace, request/reply to the tool-runner.
+    pub fn files_read(&self) -> String {
+        format!("{}.tools.files.read", self.prefix)
     }
 
     /// `<p>.a2a.rpc`: A2A JSON-RPC over NATS request/reply, answered by the gateway.

@@ -39,6 +39,8 @@ pub const INPUT_MODES: [&str; 2] = ["text/plain", "application/json"];
 pub struct Ctx<'a> {
     pub state: &'a AppState,
     pub owner: &'a Owner,
+    /// The base URL the caller reached the gateway at (for the URLs of files).
+    pub base: &'a str,
 }
 
 /// A MAESTRO refusal as A2A says it.
@@ -399,6 +401,13 @@ pub async fn tasks(ctx: Ctx<'_>, ids: &[TaskId], shape: Shape) -> Result<Vec<Tas
     let events = maestro_db::events::replies_and_states(pool, ids)
         .await
         .map_err(db)?;
+    let files = if shape.include_artifacts {
+        maestro_db::events::files_written(pool, ids)
+            .await
+            .map_err(db)?
+    } else {
+        Vec::new()
+    };
     let mut tasks = Vec::with_capacity(ids.len());
     for id in ids {
         let Some(record) = records.iter().find(|r| r.id == *id) else {
@@ -415,11 +424,19 @@ pub async fn tasks(ctx: Ctx<'_>, ids: &[TaskId], shape: Shape) -> Result<Vec<Tas
             .filter(|e| e.task_id == *id)
             .cloned()
             .collect();
+        let files: Vec<String> = files
+            .iter()
+            .filter(|(task, _)| task == id)
+            .map(|(_, path)| path.clone())
+            .collect();
+        let files_url = format!("{}/api/local/tasks/{id}/files/", ctx.base);
         let parts = TaskParts {
             record,
             context_id: &context,
             comments: &comments,
             events: &events,
+            files: &files,
+            files_url: &files_url,
         };
         tasks.push(map::task(parts, shape));
     }

@@ -45,9 +45,9 @@ fn ok(value: impl Serialize) -> Response {
     ([(header::CONTENT_TYPE, "application/a2a+json")], body).into_response()
 }
 
-/// The caller of a request that speaks 1.0 (its version checked, its token known); a refusal
-/// otherwise, in this binding's shape.
-pub struct Caller(Owner);
+/// The caller of a request that speaks 1.0 (its version checked, its token known), and the
+/// base URL it reached the gateway at; a refusal otherwise, in this binding's shape.
+pub struct Caller(Owner, String);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = Response;
@@ -62,7 +62,7 @@ impl FromRequestParts<AppState> for Caller {
             *response.status_mut() = StatusCode::UNAUTHORIZED;
             response
         })?;
-        Ok(Caller(owner))
+        Ok(Caller(owner, card::base_url(state, &parts.headers)))
     }
 }
 
@@ -93,7 +93,7 @@ fn body<T: serde::de::DeserializeOwned>(
 /// `POST /message:send` and `POST /message:stream`.
 pub async fn message(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Caller(owner, base): Caller,
     Path(action): Path<String>,
     headers: HeaderMap,
     bytes: Bytes,
@@ -101,6 +101,7 @@ pub async fn message(
     let ctx = Ctx {
         state: &state,
         owner: &owner,
+        base: &base,
     };
     let result = async {
         let streaming = match action.as_str() {
@@ -125,12 +126,13 @@ pub async fn message(
 /// `GET /tasks`
 pub async fn list(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Caller(owner, base): Caller,
     Query(params): Params,
 ) -> Response {
     let ctx = Ctx {
         state: &state,
         owner: &owner,
+        base: &base,
     };
     let result = async {
         let request = list_request(&params)?;
@@ -218,18 +220,14 @@ async fn push_config(
 }
 
 /// `GET /extendedAgentCard`
-pub async fn extended_card(
-    State(state): State<AppState>,
-    _caller: Caller,
-    headers: HeaderMap,
-) -> Response {
-    ok(card::json(&state, &card::base_url(&state, &headers)))
+pub async fn extended_card(State(state): State<AppState>, Caller(_, base): Caller) -> Response {
+    ok(card::json(&state, &base))
 }
 
 /// Everything under `/tasks/{...}`: a task, its cancel and subscribe verbs, its push configs.
 pub async fn on_task(
     State(state): State<AppState>,
-    Caller(owner): Caller,
+    Caller(owner, base): Caller,
     method: Method,
     headers: HeaderMap,
     Path(rest): Path<String>,
@@ -239,6 +237,7 @@ pub async fn on_task(
     let ctx = Ctx {
         state: &state,
         owner: &owner,
+        base: &base,
     };
     let segments: Vec<&str> = rest.split('/').collect();
     let result = match (&method, segments.as_slice()) {

@@ -98,11 +98,12 @@ pub async fn call(
         ));
         return answer(jsonrpc::error(&id, &error, dialect));
     }
+    let base = card::base_url(state, headers);
     let ctx = Ctx {
         state,
         owner: &owner,
+        base: &base,
     };
-    let base = card::base_url(state, headers);
     let last_event_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -116,7 +117,6 @@ pub async fn call(
         id: &id,
         dialect,
         params,
-        base: &base,
         last_event_id,
     };
     match call.dispatch(method).await {
@@ -148,7 +148,6 @@ struct Call<'a> {
     id: &'a Value,
     dialect: Dialect,
     params: Value,
-    base: &'a str,
     last_event_id: Option<String>,
 }
 
@@ -196,7 +195,7 @@ impl Call<'_> {
                     subscribe(ctx, &request.id, cursor, envelope).await?,
                 ));
             }
-            Method::GetExtendedAgentCard => card::json(ctx.state, self.base),
+            Method::GetExtendedAgentCard => card::json(ctx.state, ctx.base),
             Method::CreatePushConfig => {
                 let request: TaskPushNotificationConfig = self.params()?;
                 to_value(push::create(ctx, &request, None).await?)

@@ -4,6 +4,7 @@
 pub mod actions;
 pub mod comments;
 pub mod continues;
+pub mod files;
 pub mod health;
 pub mod history;
 pub mod stream;

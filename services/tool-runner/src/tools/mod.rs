@@ -3,7 +3,7 @@
 //! command). File tools run on a thread Landlock confines to the workspace; `shell` runs in
 //! the bubblewrap sandbox; `http_fetch` runs only when the policy grants network.
 
-mod files;
+pub(crate) mod files;
 mod http;
 mod packages;
 mod search;

@@ -1,0 +1,88 @@
+//! `GET /api/local/tasks/{id}/files/{path}`: a file of the task's workspace, for its owner —
+//! the files a job wrote, which A2A shows as file artifacts. The tool-runner that owns the
+//! workspaces reads it (`<prefix>.tools.files.read`, confined to the workspace); files larger
+//! than one NATS message are refused (413).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maestro_domain::tools::{FILE_ERROR_HEADER, FileError, FileReadRequest};
+
+use super::owned_task;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Room left in a NATS message for its headers.
+const HEADROOM: u64 = 4096;
+/// How long the tool-runner has to answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `GET /api/local/tasks/{id}/files/{*path}`
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path((id, path)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let task_id = owned_task(&state, &owner, &id).await?;
+    if path.is_empty() || path.len() > 1024 || path.contains('\0') {
+        return Err(ApiError::invalid(
+            "invalid_path",
+            "a file path is 1 to 1024 characters",
+        ));
+    }
+    let workspace_id = maestro_db::tasks::workspace_of(&state.pool, &owner, task_id)
+        .await?
+        .ok_or(ApiError::NotFound("task"))?;
+    let limit = (state.bus.nats.server_info().max_payload as u64).saturating_sub(HEADROOM);
+    let request = FileReadRequest {
+        workspace_id,
+        path: path.clone(),
+        max_bytes: limit,
+    };
+    let body = serde_json::to_vec(&request).map_err(anyhow::Error::from)?;
+    let subject = state.bus.subjects.files_read();
+    let reply = tokio::time::timeout(READ_TIMEOUT, state.bus.nats.request(subject, body.into()))
+        .await
+        .map_err(|_| ApiError::Unavailable("the tool-runner did not answer".to_owned()))?
+        .map_err(|e| ApiError::Unavailable(format!("the tool-runner: {e}")))?;
+    let refusal = reply
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(FILE_ERROR_HEADER))
+        .map(|v| FileError::parse(v.as_str()).unwrap_or(FileError::Unavailable));
+    if let Some(error) = refusal {
+        let reason = String::from_utf8_lossy(&reply.payload).into_owned();
+        return Err(match error {
+            FileError::NotFound => ApiError::NotFound("file"),
+            FileError::TooLarge => ApiError::invalid("file_too_large", reason),
+            FileError::Refused => ApiError::invalid("invalid_path", reason),
+            FileError::Unavailable => ApiError::Unavailable(reason),
+        });
+    }
+    let filename = path.rsplit('/').next().unwrap_or(&path).replace('"', "");
+    let headers = [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(maestro_a2a::map::media_type(&path)),
+        ),
+        (
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_str(&format!("inline; filename=\"{filename}\""))
+                .unwrap_or(HeaderValue::from_static("inline")),
+        ),
+        // What the agent wrote is not the gateway's own content: no scripts, no sniffing.
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("sandbox"),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ];
+    Ok((StatusCode::OK, headers, Body::from(reply.payload)).into_response())
+}
