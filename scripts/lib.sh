@@ -110,3 +110,61 @@ ensure_nats_running() {
   for _ in $(seq 50); do nats_has_jetstream "$host" "$port" && return 0; sleep 0.2; done
   die "nats-server did not start; see .maestro/logs/nats-server.log"
 }
+
+# The demo stack (scripts/demo, scripts/a2a-conformance): Postgres and NATS (started if not
+# running), the binaries built, migrations run, the scripted LLM playing the scenario file $1
+# and the five services started in the background (pids in .maestro/run, logs in
+# .maestro/logs; scripts/down stops them). Sets RUN, LOGS, BIN, API, TOKEN.
+stack_up() {
+  local scenarios=$1
+  RUN=$ROOT/.maestro/run
+  LOGS=$ROOT/.maestro/logs
+  mkdir -p "$RUN" "$LOGS"
+  "$ROOT/scripts/down" --quiet || true
+  ensure_postgres
+  ensure_bubblewrap
+  ensure_nats_running
+  log "building (first time: a few minutes)"
+  cargo build --workspace --bins --quiet
+  BIN=$CARGO_TARGET_DIR/debug
+  export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/maestro}
+  export NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
+  export GATEWAY_ADDR=${GATEWAY_ADDR:-127.0.0.1:8080}
+  local llm_addr=${SCRIPTED_LLM_ADDR:-127.0.0.1:8000}
+  export LLM_BASE_URL=${LLM_BASE_URL:-http://$llm_addr/v1}
+  export API_TOKENS=${API_TOKENS:-demo-token=demo}
+  export WORKSPACES_DIR=${WORKSPACES_DIR:-$ROOT/.maestro/workspaces}
+  export LOG_FORMAT=${LOG_FORMAT:-json}
+  TOKEN=${API_TOKENS%%=*}
+  API=http://$GATEWAY_ADDR
+  log "migrating $DATABASE_URL"
+  "$BIN/maestro-migrate" >"$LOGS/migrate.log" 2>&1 || { cat "$LOGS/migrate.log" >&2; die "migrations failed"; }
+  log "starting the scripted LLM ($scenarios) and the five services"
+  start scripted-llm "$BIN/scripted-llm" --addr "$llm_addr" --scenarios "$scenarios"
+  local service
+  for service in api-gateway scheduler worker tool-runner notifier; do
+    start "$service" "$BIN/maestro-$service"
+  done
+  for service in scripted-llm api-gateway scheduler worker tool-runner notifier; do
+    wait_ready "$service"
+  done
+}
+
+# Start a process in the background as `name` (stack_up's RUN and LOGS).
+start() {
+  local name=$1; shift
+  : >"$LOGS/$name.out"
+  nohup "$@" >"$LOGS/$name.out" 2>"$LOGS/$name.log" &
+  echo $! >"$RUN/$name.pid"
+}
+
+# Wait until `name` prints MAESTRO_READY (30 s at most).
+wait_ready() {
+  for _ in $(seq 150); do
+    grep -q MAESTRO_READY "$LOGS/$1.out" 2>/dev/null && return 0
+    kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null || break
+    sleep 0.2
+  done
+  tail -n 20 "$LOGS/$1.log" >&2
+  die "$1 did not start; see .maestro/logs/$1.log"
+}

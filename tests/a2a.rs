@@ -1037,3 +1037,135 @@ async fn the_same_calls_over_nats_get_the_same_answers() {
     assert_eq!(junk["error"]["code"], -32700);
     assert_eq!(count_tasks(&stack).await, before, "no refusal wrote a task");
 }
+
+/// The conformance mode's scenarios (`deploy/a2a-conformance`), as `scripts/a2a-conformance`
+/// runs them.
+fn conformance_file(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/a2a-conformance")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_scenarios_drive_every_state_through_the_agent() {
+    let scenarios: Value =
+        serde_json::from_str(&conformance_file("scenarios.json")).expect("scenarios");
+    let policy = conformance_file("policy.json");
+    let stack = Stack::up(StackOptions::new(scenarios).policy(&policy)).await;
+    let a2a = stack.a2a(false);
+    let send = |id: &str, text: &str| a2a.result("SendMessage", message(id, text));
+
+    let done = send("tck-complete-task-1", "Complete this").await;
+    assert_eq!(state(&done["task"]), "TASK_STATE_COMPLETED", "{done}");
+
+    let asked = send("tck-input-required-1", "Ask me").await;
+    assert_eq!(
+        state(&asked["task"]),
+        "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    let mut answer = message("tck-input-required-2", "Use this input.");
+    answer["message"]["taskId"] = asked["task"]["id"].clone();
+    let answered = a2a.result("SendMessage", answer).await;
+    assert_eq!(
+        state(&answered["task"]),
+        "TASK_STATE_COMPLETED",
+        "{answered}"
+    );
+
+    let rejected = send("tck-reject-task-1", "Reject this").await;
+    assert_eq!(
+        state(&rejected["task"]),
+        "TASK_STATE_REJECTED",
+        "{rejected}"
+    );
+    assert!(
+        rejected["task"]["status"]["message"]["parts"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("declined: ")),
+        "{rejected}"
+    );
+    let listed = a2a
+        .result("ListTasks", json!({"status": "TASK_STATE_REJECTED"}))
+        .await;
+    assert!(
+        listed["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .any(|t| t["id"] == rejected["task"]["id"] && state(t) == "TASK_STATE_REJECTED")
+    );
+
+    let replied = send("tck-message-response-1", "Just answer").await;
+    let reply = &replied["message"];
+    assert_eq!(
+        reply["role"], "ROLE_AGENT",
+        "a message, not a task: {replied}"
+    );
+    assert_eq!(reply["parts"][0]["text"], "Direct message response.");
+
+    let failed = send("tck-task-failure-1", "Fail this").await;
+    assert_eq!(state(&failed["task"]), "TASK_STATE_FAILED", "{failed}");
+
+    let data = send("tck-artifact-data-1", "Data please").await;
+    assert_eq!(
+        data["task"]["artifacts"][0]["parts"][1]["data"]["key"], "value",
+        "{data}"
+    );
+    let file = send("tck-artifact-file-url-1", "A file please").await;
+    let artifacts = file["task"]["artifacts"].as_array().expect("artifacts");
+    assert!(
+        artifacts
+            .iter()
+            .any(|a| a["artifactId"] == "file:output.txt" && a["parts"][0]["url"].is_string()),
+        "{file}"
+    );
+
+    let items = a2a
+        .stream(
+            "SendStreamingMessage",
+            message("tck-stream-basic-1", "Stream"),
+            None,
+        )
+        .await
+        .to_end(Duration::from_secs(30))
+        .await;
+    let chunks = items
+        .iter()
+        .filter(|i| i.data["result"]["artifactUpdate"]["append"] == true)
+        .count();
+    assert!(chunks >= 5, "many events before the end: {chunks}");
+    let last = &items.last().expect("events").data["result"];
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+
+    // A task that works for a few seconds, and one canceled while it works.
+    let started = std::time::Instant::now();
+    let mut long = message("test-resubscribe-message-id-1", "Take your time");
+    long["configuration"] = json!({"returnImmediately": true});
+    let long = a2a.result("SendMessage", long).await;
+    let long_id = long["task"]["id"].clone();
+    let mut plain = message("plain-1", "Anything else");
+    plain["configuration"] = json!({"returnImmediately": true});
+    let plain = a2a.result("SendMessage", plain).await;
+    let canceled = a2a
+        .result("CancelTask", json!({"id": plain["task"]["id"]}))
+        .await;
+    assert_eq!(state(&canceled), "TASK_STATE_CANCELED", "{canceled}");
+    loop {
+        let got = a2a.result("GetTask", json!({"id": long_id})).await;
+        if state(&got) == "TASK_STATE_COMPLETED" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "it worked a while: {:?}",
+        started.elapsed()
+    );
+}

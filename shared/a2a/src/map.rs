@@ -38,6 +38,28 @@ pub fn state_of(status: JobStatus, wait: Option<WaitReason>) -> TaskState {
     }
 }
 
+/// The A2A state a job state change means: [`state_of`], except that a job the agent
+/// declined (`complete` with status `decline`) is `rejected`.
+pub fn state_of_change(change: &JobStateChange) -> TaskState {
+    if declined(change) {
+        TaskState::Rejected
+    } else {
+        state_of(change.status, change.wait_reason)
+    }
+}
+
+fn declined(change: &JobStateChange) -> bool {
+    change.status == JobStatus::Failed && change.reason.as_deref() == Some(JobStateChange::DECLINED)
+}
+
+/// Whether the task's latest job ended with a direct answer (`complete` with status
+/// `reply`): A2A's `SendMessage` then answers with a message rather than the task.
+pub fn replied(events: &[Event]) -> bool {
+    latest_change(events).is_some_and(|c| {
+        c.status == JobStatus::Succeeded && c.reason.as_deref() == Some(JobStateChange::REPLIED)
+    })
+}
+
 /// Which latest jobs a state filter matches: their statuses, and for `waiting_human` the
 /// wait reasons (`None`: any).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -46,9 +68,14 @@ pub struct JobFilter {
     pub waiting_for: Option<Vec<WaitReason>>,
 }
 
-/// The latest jobs whose task is in `state` ([`state_of`] read backwards).
+/// The latest jobs whose task is in `state` ([`state_of`] read backwards). A declined job is
+/// `failed` in MAESTRO: `rejected` and `failed` select the same jobs.
 pub fn jobs_in(state: TaskState) -> JobFilter {
     let mut filter = JobFilter::default();
+    let state = match state {
+        TaskState::Rejected => TaskState::Failed,
+        other => other,
+    };
     for status in JobStatus::ALL {
         if status == JobStatus::WaitingHuman {
             let reasons: Vec<WaitReason> = WaitReason::ALL
@@ -99,6 +126,10 @@ pub fn task(parts: TaskParts<'_>, shape: Shape) -> Task {
         .as_ref()
         .map_or(TaskState::Submitted, |j| state_of(j.status, j.wait_reason));
     let change = latest_change(parts.events);
+    let state = match &change {
+        Some(c) if state == TaskState::Failed && declined(c) => TaskState::Rejected,
+        _ => state,
+    };
     let status = TaskStatus {
         state,
         message: change
@@ -192,13 +223,22 @@ fn percent_encode(segment: &str) -> String {
 }
 
 /// The finished task's result, as its artifact.
+/// A result that is a JSON object or array also comes as a data part, for clients that read
+/// structure.
 pub fn result_artifact(state: TaskState, result: Option<&str>) -> Option<Artifact> {
     let result = result.filter(|r| !r.is_empty())?;
+    let mut parts = vec![Part::text(result)];
+    if let Ok(data @ (Value::Object(_) | Value::Array(_))) = serde_json::from_str(result) {
+        parts.push(Part {
+            media_type: Some("application/json".to_owned()),
+            ..Part::data(data)
+        });
+    }
     (state == TaskState::Completed).then(|| Artifact {
         artifact_id: RESULT_ARTIFACT.to_owned(),
         name: Some("result".to_owned()),
         description: Some("What the agent reported when it completed the task.".to_owned()),
-        parts: vec![Part::text(result)],
+        parts,
         metadata: None,
         extensions: Vec::new(),
     })
@@ -233,7 +273,7 @@ pub fn status_message(
             }
         }
         TaskState::Completed => parts.push(Part::text(change.result.clone()?)),
-        TaskState::Failed | TaskState::Canceled => {
+        TaskState::Failed | TaskState::Canceled | TaskState::Rejected => {
             let why = change.error.clone().or_else(|| change.reason.clone())?;
             parts.push(Part::text(why));
         }
@@ -391,7 +431,7 @@ mod tests {
                 assert!(reasons.contains(&wait));
             }
         }
-        assert_eq!(jobs_in(TaskState::Rejected), JobFilter::default());
+        assert_eq!(jobs_in(TaskState::Unspecified), JobFilter::default());
         assert_eq!(
             jobs_in(TaskState::AuthRequired).waiting_for,
             Some(vec![WaitReason::McpAuthRequired, WaitReason::Browser])
@@ -414,5 +454,42 @@ mod tests {
         );
         let working = JobStateChange::new(JobStatus::Running, 1);
         assert!(status_message("t", "c", TaskState::Working, &working).is_none());
+    }
+
+    #[test]
+    fn a_declined_job_is_rejected_and_filters_find_it_among_the_failed() {
+        let mut change = JobStateChange::new(JobStatus::Failed, 1);
+        assert_eq!(state_of_change(&change), TaskState::Failed);
+        change.reason = Some(JobStateChange::DECLINED.to_owned());
+        change.error = Some("declined: not mine".to_owned());
+        assert_eq!(state_of_change(&change), TaskState::Rejected);
+        let message = status_message("t", "c", TaskState::Rejected, &change).expect("why");
+        assert_eq!(message.parts[0].text.as_deref(), Some("declined: not mine"));
+        assert_eq!(jobs_in(TaskState::Rejected), jobs_in(TaskState::Failed));
+    }
+
+    #[test]
+    fn a_json_result_is_also_data_and_files_are_served_by_url() {
+        let artifact =
+            result_artifact(TaskState::Completed, Some(r#"{"key": "value"}"#)).expect("a result");
+        assert_eq!(artifact.parts.len(), 2);
+        assert_eq!(
+            artifact.parts[1].data,
+            Some(serde_json::json!({"key": "value"}))
+        );
+        let plain = result_artifact(TaskState::Completed, Some("42")).expect("a result");
+        assert_eq!(plain.parts.len(), 1, "only objects and arrays are data");
+        let file = file_artifact(
+            "http://h/api/local/tasks/t/files/",
+            "out dir/r\u{e9}sum\u{e9}.md",
+        );
+        assert_eq!(file.artifact_id, "file:out dir/r\u{e9}sum\u{e9}.md");
+        let part = &file.parts[0];
+        assert_eq!(
+            part.url.as_deref(),
+            Some("http://h/api/local/tasks/t/files/out%20dir/r%C3%A9sum%C3%A9.md")
+        );
+        assert_eq!(part.filename.as_deref(), Some("r\u{e9}sum\u{e9}.md"));
+        assert_eq!(part.media_type.as_deref(), Some("text/markdown"));
     }
 }

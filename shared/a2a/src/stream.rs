@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use maestro_domain::event::JobStateChange;
 use maestro_domain::{Event, EventKind, StreamId};
 
-use crate::map::{reply_text, result_artifact, state_of, status_message};
+use crate::map::{reply_text, result_artifact, state_of_change, status_message};
 use crate::types::{
     Artifact, Part, StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
@@ -83,7 +83,7 @@ impl Renderer {
             // A job that hands the task to the next (an answered question): not an end.
             return Vec::new();
         }
-        let state = state_of(change.status, change.wait_reason);
+        let state = state_of_change(&change);
         if self.state == Some(state) {
             return Vec::new();
         }

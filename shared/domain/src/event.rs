@@ -177,6 +177,13 @@ pub struct JobStateChange {
 }
 
 impl JobStateChange {
+    /// `reason` of a job the agent declined (`complete` with status `decline`): it ends
+    /// `failed`, by the agent's choice rather than an error.
+    pub const DECLINED: &'static str = "declined";
+    /// `reason` of a job the agent ended with a direct answer (`complete` with status
+    /// `reply`): it ends `succeeded`; the result is the answer.
+    pub const REPLIED: &'static str = "replied";
+
     pub fn new(status: JobStatus, attempt: i32) -> Self {
         Self {
             status,

@@ -181,6 +181,10 @@ pub enum CompleteStatus {
     NeedsUserInput,
     /// The task cannot be done.
     Abort,
+    /// The agent will not do the task (out of scope, against policy): nothing was attempted.
+    Decline,
+    /// The request needed only an answer, no work: the result is the answer.
+    Reply,
 }
 
 /// The `complete` tool: ends the piece with a result and a status.
@@ -189,11 +193,13 @@ pub fn complete_tool() -> ToolSpec {
         COMPLETE,
         "Finish the task. Call it alone, once the work is done (status `success`), when you \
          need an answer from the user to go on (`needs_user_input`, with the question as the \
-         result), or when the task cannot be done (`abort`, with the reason).",
+         result), when the task cannot be done (`abort`, with the reason), when you will not \
+         do it (`decline`, with the reason), or when it asked only for an answer (`reply`, \
+         with the answer).",
         object(
             json!({
                 "result": {"type": "string", "description": "For the user: what was done, the question, or why not."},
-                "status": {"type": "string", "enum": ["success", "needs_user_input", "abort"], "description": "Defaults to success."}
+                "status": {"type": "string", "enum": ["success", "needs_user_input", "abort", "decline", "reply"], "description": "Defaults to success."}
             }),
             &["result"],
         ),

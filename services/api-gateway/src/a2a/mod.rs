@@ -16,7 +16,9 @@ use axum::Router;
 use axum::routing::{self, post};
 use maestro_a2a::A2aError;
 use maestro_a2a::map::Shape;
-use maestro_a2a::types::{SendMessageRequest, StreamResponse, Task, TaskIdRequest};
+use maestro_a2a::types::{
+    Message, Role, SendMessageRequest, StreamResponse, Task, TaskIdRequest, TaskState,
+};
 
 use crate::state::AppState;
 use ops::Ctx;
@@ -44,7 +46,7 @@ pub fn router() -> Router<AppState> {
 
 /// `SendMessage` (both bindings): the message's effect, then the task — at once with
 /// `returnImmediately`, else once it is over or waits for the client (at most
-/// `A2A_BLOCKING_TIMEOUT_MS`).
+/// `A2A_BLOCKING_TIMEOUT_MS`) — or, when the agent answered directly, its answer as a message.
 async fn send_and_answer(
     ctx: Ctx<'_>,
     request: &SendMessageRequest,
@@ -62,7 +64,26 @@ async fn send_and_answer(
         let limit = ctx.state.settings.a2a_blocking;
         ops::settle(ctx, task_id, limit, shape).await?
     };
+    if task.status.state == TaskState::Completed && ops::replied(ctx, task_id).await? {
+        return Ok(StreamResponse::Message(direct_answer(task)));
+    }
     Ok(StreamResponse::Task(task))
+}
+
+/// The agent answered directly (`complete` with status `reply`): the answer as a message of
+/// the agent's, naming the task it was recorded in.
+fn direct_answer(task: Task) -> Message {
+    let parts = task.status.message.map(|m| m.parts).unwrap_or_default();
+    Message {
+        message_id: format!("reply-{}", task.id),
+        context_id: task.context_id,
+        task_id: Some(task.id),
+        role: Role::Agent,
+        parts,
+        metadata: None,
+        extensions: Vec::new(),
+        reference_task_ids: Vec::new(),
+    }
 }
 
 /// `GetTask` (both bindings).

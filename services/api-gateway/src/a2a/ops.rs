@@ -443,6 +443,14 @@ pub async fn tasks(ctx: Ctx<'_>, ids: &[TaskId], shape: Shape) -> Result<Vec<Tas
     Ok(tasks)
 }
 
+/// Whether the task's latest job ended with a direct answer ([`map::replied`]).
+pub async fn replied(ctx: Ctx<'_>, task_id: TaskId) -> Result<bool, A2aError> {
+    let events = maestro_db::events::replies_and_states(&ctx.state.pool, &[task_id])
+        .await
+        .map_err(db)?;
+    Ok(map::replied(&events))
+}
+
 /// One task of the caller's as A2A shows it.
 pub async fn task(ctx: Ctx<'_>, task_id: TaskId, shape: Shape) -> Result<Task, A2aError> {
     tasks(ctx, &[task_id], shape)

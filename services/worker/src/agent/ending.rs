@@ -68,14 +68,20 @@ fn state_event(
 impl JobRun<'_> {
     /// Finish the job, unless an interjection arrived that the model has not seen: then the
     /// `complete` call is answered with a note to read it, and the job goes on (`None`).
-    pub(super) async fn succeed(&mut self, result: String) -> Result<Option<JobEnd>, JobError> {
+    /// Saying how, when it matters (`JobStateChange::REPLIED`: the agent answered directly).
+    pub(super) async fn succeed_as(
+        &mut self,
+        result: String,
+        reason: Option<&str>,
+    ) -> Result<Option<JobEnd>, JobError> {
         let transition = Transition {
             result: Some(result.clone()),
             ..Transition::to(JobStatus::Succeeded)
         };
         self.journal
             .push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| {
-                c.result = Some(result)
+                c.result = Some(result);
+                c.reason = reason.map(str::to_owned);
             }));
         match self.journal.commit(Some(transition)).await {
             Ok(()) => {
@@ -94,6 +100,15 @@ impl JobRun<'_> {
     }
 
     pub(super) async fn fail(&mut self, error: String) -> Result<JobEnd, JobError> {
+        self.fail_as(error, None).await
+    }
+
+    /// [`Self::fail`], saying why when it is not an error (`JobStateChange::DECLINED`).
+    pub(super) async fn fail_as(
+        &mut self,
+        error: String,
+        reason: Option<&str>,
+    ) -> Result<JobEnd, JobError> {
         tracing::warn!(%error, "job failed");
         let transition = Transition {
             error: Some(error.clone()),
@@ -101,7 +116,8 @@ impl JobRun<'_> {
         };
         self.journal
             .push(state_event(JobStatus::Failed, self.fence.attempt, |c| {
-                c.error = Some(error.clone())
+                c.error = Some(error.clone());
+                c.reason = reason.map(str::to_owned);
             }));
         self.journal.commit(Some(transition)).await?;
         cancel_children(self.shared, self.fence.job_id).await;

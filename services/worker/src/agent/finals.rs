@@ -5,7 +5,7 @@
 
 use maestro_domain::piece::{ABORT, COMPLETE};
 use maestro_domain::tools::{self, CompleteStatus};
-use maestro_domain::{ActionDetail, Message, MessageEvent, ToolCall, WaitReason};
+use maestro_domain::{ActionDetail, JobStateChange, Message, MessageEvent, ToolCall, WaitReason};
 use serde_json::Value;
 
 use super::context::{JobEnd, JobError};
@@ -44,7 +44,8 @@ pub(super) fn check(call: &ToolCall, targets: &[&str], movement: &str) -> Result
         let status = match arguments.get("status") {
             None | Some(Value::Null) => CompleteStatus::Success,
             Some(status) => serde_json::from_value(status.clone()).map_err(|_| {
-                "Error: `status` is one of success, needs_user_input, abort".to_owned()
+                "Error: `status` is one of success, needs_user_input, abort, decline, reply"
+                    .to_owned()
             })?,
         };
         return Ok(Final::End { status, result });
@@ -111,7 +112,7 @@ impl JobRun<'_> {
             Final::End {
                 status: CompleteStatus::Success,
                 result,
-            } => self.complete(&call, result).await,
+            } => self.complete_as(&call, result, None).await,
             Final::End {
                 status: CompleteStatus::NeedsUserInput,
                 result,
@@ -124,18 +125,35 @@ impl JobRun<'_> {
                 let error = format!("aborted in movement `{}`: {result}", self.place.movement);
                 self.fail(error).await.map(Some)
             }
+            Final::End {
+                status: CompleteStatus::Decline,
+                result,
+            } => {
+                self.journal.record_result(&call, "ok".to_owned(), false);
+                let error = format!("declined: {result}");
+                let declined = Some(JobStateChange::DECLINED);
+                self.fail_as(error, declined).await.map(Some)
+            }
+            Final::End {
+                status: CompleteStatus::Reply,
+                result,
+            } => {
+                self.complete_as(&call, result, Some(JobStateChange::REPLIED))
+                    .await
+            }
         }
     }
 
     /// `complete` with success: the job succeeds, unless an interjection came in first (the
     /// model reads it before finishing).
-    async fn complete(
+    async fn complete_as(
         &mut self,
         call: &ToolCall,
         result: String,
+        reason: Option<&str>,
     ) -> Result<Option<JobEnd>, JobError> {
         self.journal.record_result(call, "ok".to_owned(), false);
-        if let Some(end) = self.succeed(result).await? {
+        if let Some(end) = self.succeed_as(result, reason).await? {
             return Ok(Some(end));
         }
         let note = "Error: the user sent a message before the task was complete; \
