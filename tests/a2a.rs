@@ -280,6 +280,10 @@ async fn questions_and_approvals_are_answered_through_input_required() {
         "TASK_STATE_COMPLETED",
         "{approved}"
     );
+    // The same decision message again (a client retrying) is taken once: the same answer.
+    let again = a2a.result("SendMessage", decide("w-4", &rid)).await;
+    assert_eq!(again["task"]["id"], id.as_str(), "{again}");
+    assert_eq!(state(&again["task"]), "TASK_STATE_COMPLETED");
     let written = std::fs::read_to_string(stack.workspace(&id).join("note.txt")).expect("written");
     assert_eq!(written, "hi\n");
 

@@ -11,13 +11,14 @@ use maestro_pauses::{Decided, Request};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Decide item `action_id` of task `task_id` (which `owner` owns), if it is of one of `kinds`.
+/// Decide item `action_id` of task `task_id` (which `owner` owns), if it is of one of `kinds`
+/// (`message_id`: the A2A message it came in, kept with the decision).
 pub async fn decide(
     state: &AppState,
     owner: &Owner,
     (task_id, action_id): (TaskId, ActionId),
     body: &DecideRequest,
-    kinds: &[WaitReason],
+    (kinds, message_id): (&[WaitReason], Option<&str>),
 ) -> Result<DecideReply, ApiError> {
     let item = maestro_db::actions::get(&state.pool, task_id, action_id)
         .await?
@@ -43,6 +44,7 @@ pub async fn decide(
         by: owner,
         note,
         seen_hash: body.arguments_hash.as_deref(),
+        message_id,
     };
     let (action, resumed, after) = match maestro_pauses::decide(&state.pool, request).await? {
         Decided::Done {

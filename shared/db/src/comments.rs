@@ -48,14 +48,20 @@ impl<'a> Said<'a> {
     }
 }
 
-/// Whether task `task_id` has a comment that came as A2A message `message_id`.
+/// Whether A2A message `message_id` already reached task `task_id`: as a comment, or as a
+/// decision of one of its items.
 pub async fn has_message(
     pool: &PgPool,
     task_id: TaskId,
     message_id: &str,
 ) -> Result<bool, DbError> {
     let row = sqlx::query_scalar!(
-        "SELECT 1 AS one FROM comments WHERE task_id = $1 AND message_id = $2",
+        r#"
+        SELECT 1 AS one FROM comments WHERE task_id = $1 AND message_id = $2
+        UNION ALL
+        SELECT 1 FROM required_actions WHERE task_id = $1 AND decision->>'message_id' = $2
+        LIMIT 1
+        "#,
         task_id.0,
         message_id
     )

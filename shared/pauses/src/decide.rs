@@ -25,6 +25,8 @@ pub struct Request<'a> {
     pub note: Option<&'a str>,
     /// The arguments hash the reviewer saw: when it is not the item's, nothing is decided.
     pub seen_hash: Option<&'a str>,
+    /// The A2A `messageId` the decision came in, kept with it.
+    pub message_id: Option<&'a str>,
 }
 
 /// What a decision came to.
@@ -70,6 +72,7 @@ pub async fn decide(pool: &PgPool, request: Request<'_>) -> Result<Decided, DbEr
     let decision = Decision {
         note: request.note.map(str::to_owned),
         arguments_hash: request.seen_hash.map(str::to_owned),
+        message_id: request.message_id.map(str::to_owned),
         ..Decision::new(request.verdict, request.by.as_str())
     };
     let action = actions::store_decision(&mut tx, request.action_id, &decision).await?;
@@ -133,6 +136,7 @@ pub async fn supply_token(
             by: owner,
             note: None,
             seen_hash: None,
+            message_id: None,
         };
         // Decided elsewhere meanwhile, or the job was cancelled: nothing to resume here.
         if let Decided::Done {

@@ -265,13 +265,12 @@ async fn reach(
     let decisions = decisions_of(message)?;
     if !decisions.is_empty() {
         for decision in decisions {
-            let kinds = &WaitReason::ALL;
             let reply = usecases::decide(
                 ctx.state,
                 ctx.owner,
                 (task_id, decision.id),
                 &decision.body,
-                kinds,
+                (&WaitReason::ALL, Some(&message.message_id)),
             );
             reply.await.map_err(from_api)?;
         }

@@ -84,7 +84,8 @@ async fn decide_kinds(
     parse_id::<maestro_domain::TaskId>(id, "task")?;
     let action_id: ActionId = parse_id(rid, "required action")?;
     let task_id = owned_task(&state, &owner, id).await?;
-    let reply = usecases::decide(&state, &owner, (task_id, action_id), &body, kinds).await?;
+    let reply =
+        usecases::decide(&state, &owner, (task_id, action_id), &body, (kinds, None)).await?;
     Ok(Json(reply))
 }
 

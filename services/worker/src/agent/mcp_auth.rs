@@ -77,6 +77,7 @@ impl JobRun<'_> {
                 by: &owner,
                 note: None,
                 seen_hash: None,
+                message_id: None,
             };
             if let Decided::Done { resumed, .. } = maestro_pauses::decide(pool, request).await? {
                 // Not the decision's dispatch: this worker hands the job back itself, and its

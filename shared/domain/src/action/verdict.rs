@@ -183,6 +183,9 @@ pub struct Decision {
     /// For an answered question: the follow-up job that carries the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_by_job: Option<JobId>,
+    /// The A2A `messageId` the decision came in (the same message again decides nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
 }
 
 impl Decision {
@@ -193,6 +196,7 @@ impl Decision {
             note: None,
             arguments_hash: None,
             answered_by_job: None,
+            message_id: None,
         }
     }
 
