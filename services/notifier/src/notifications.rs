@@ -27,7 +27,7 @@ impl Handler for JobStateHandler {
         };
         let (kind, change, decision) = match event.body() {
             Ok(EventBody::JobState(change)) => {
-                if let Err(e) = self.push(&event).await {
+                if let Err(e) = self.push(delivery, &event).await {
                     tracing::warn!(error = %e, "cannot queue A2A pushes; will retry");
                     return Outcome::Retry(Duration::from_secs(1));
                 }
@@ -67,9 +67,17 @@ impl Handler for JobStateHandler {
 }
 
 impl JobStateHandler {
-    /// Queue the A2A pushes the event means (before its notification: a retried event
-    /// queues each push once).
-    async fn push(&self, event: &Event) -> Result<(), maestro_db::DbError> {
+    /// Queue the A2A pushes the event means, when the relay marked it as an event of a task
+    /// with push configs (before its notification: a retried event queues each push once).
+    async fn push(&self, delivery: &Delivery, event: &Event) -> Result<(), maestro_db::DbError> {
+        let marked = delivery
+            .message
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get(maestro_messaging::publish::A2A_PUSH_HEADER).is_some());
+        if !marked {
+            return Ok(());
+        }
         let queued = crate::a2a_push::record(&self.pool, event).await?;
         if queued > 0 {
             self.bus

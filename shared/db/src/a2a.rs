@@ -102,8 +102,8 @@ pub async fn page(
     })
 }
 
-/// A push notification config of a task.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A push notification config of a task (its token and credentials never shown in logs).
+#[derive(Clone, PartialEq, Eq)]
 pub struct PushConfig {
     pub task_id: TaskId,
     pub id: String,
@@ -111,6 +111,20 @@ pub struct PushConfig {
     pub token: Option<String>,
     pub auth_scheme: Option<String>,
     pub auth_credentials: Option<String>,
+}
+
+impl std::fmt::Debug for PushConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("PushConfig")
+            .field("task_id", &self.task_id)
+            .field("id", &self.id)
+            .field("url", &self.url)
+            .field("token", &redacted(&self.token))
+            .field("auth_scheme", &self.auth_scheme)
+            .field("auth_credentials", &redacted(&self.auth_credentials))
+            .finish()
+    }
 }
 
 /// Store a push config (replacing the task's config of the same id).

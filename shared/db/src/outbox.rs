@@ -19,14 +19,21 @@ pub struct OutboxRow {
     pub msg_id: String,
     pub payload: serde_json::Value,
     pub traceparent: Option<String>,
+    /// A job state event of a task with A2A push configs (read with the batch, so the
+    /// notifier looks for configs only then).
+    pub a2a_push: bool,
 }
 
 /// Lock and return the oldest unpublished rows (skipping rows another relay holds).
 pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, DbError> {
     let rows = sqlx::query!(
         r#"
-        SELECT id, topic, task_id, kind, msg_id, payload, traceparent FROM outbox
-         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+        SELECT id, topic, task_id, kind, msg_id, payload, traceparent,
+               COALESCE(kind = 'job_state' AND EXISTS (SELECT 1 FROM a2a_push_configs c
+                                                        WHERE c.task_id = outbox.task_id), false)
+                   AS "a2a_push!"
+          FROM outbox
+         ORDER BY id LIMIT $1 FOR UPDATE OF outbox SKIP LOCKED
         "#,
         limit
     )
@@ -42,6 +49,7 @@ pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<Outbo
                 msg_id: r.msg_id,
                 payload: r.payload,
                 traceparent: r.traceparent,
+                a2a_push: r.a2a_push,
             })
         })
         .collect()

@@ -24,6 +24,10 @@ pub fn headers(msg_id: &str) -> HeaderMap {
     headers
 }
 
+/// On a job state event: its task has A2A push configs (the relay checks when it publishes,
+/// so the notifier reads the configs only for such events).
+pub const A2A_PUSH_HEADER: &str = "Maestro-A2A-Push";
+
 /// Headers for a message published on behalf of a database row: its id and the trace
 /// context the row carried, if any.
 pub fn headers_traced(msg_id: &str, traceparent: Option<&str>) -> HeaderMap {
