@@ -203,11 +203,20 @@ impl<R: Render> Pump<R> {
                 ..Default::default()
             };
             let consumer = stream.create_consumer(config).await.ok()?;
-            consumer.messages().await.ok()
+            // Nothing stored (the usual case: no reply is being generated): nothing to wait
+            // for — without this the stream would idle REPLAY_IDLE before going live.
+            if consumer.cached_info().num_pending == 0 {
+                return Some(None);
+            }
+            consumer.messages().await.ok().map(Some)
         };
-        let Some(mut messages) = ordered.await else {
-            tracing::warn!("cannot replay deltas; the client gets the merged message instead");
-            return Ok(());
+        let mut messages = match ordered.await {
+            Some(Some(messages)) => messages,
+            Some(None) => return Ok(()),
+            None => {
+                tracing::warn!("cannot replay deltas; the client gets the merged message instead");
+                return Ok(());
+            }
         };
         while let Ok(Some(Ok(message))) = tokio::time::timeout(REPLAY_IDLE, messages.next()).await {
             let Ok(delta) = serde_json::from_slice::<Delta>(&message.payload) else {
