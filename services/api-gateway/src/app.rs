@@ -7,6 +7,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
 use axum::routing::{delete, get, post, put};
+use axum::serve::ListenerExt as _;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
@@ -129,6 +130,13 @@ pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyho
     });
     tracing::info!(%addr, "api-gateway listening");
     maestro_runtime::announce_ready("api-gateway", Some(addr));
+    // Small writes (SSE events, short answers) go out at once: without TCP_NODELAY, Nagle's
+    // algorithm holds an event back until the client's delayed ACK of the previous one.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+    });
     let server = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let deadline = async {

@@ -68,6 +68,11 @@ pub async fn open(
         .subscribe(state.bus.subjects.deltas_of_task(task_id))
         .await
         .map_err(anyhow::Error::from)?;
+    // The server has the subscriptions before anything is read from Postgres: an event
+    // committed after that read reaches this client live (without the flush, one published
+    // before the server saw the subscription would be lost until a later event showed the gap
+    // — and the last event of a task has no later one).
+    state.bus.nats.flush().await.map_err(anyhow::Error::from)?;
     // Bounded per client (`SSE_BUFFER`): a client that stops reading holds this much, plus its
     // TCP buffers, and is disconnected after `SSE_STALL_MS`.
     let (tx, rx) = mpsc::channel(state.settings.sse_buffer);
