@@ -484,6 +484,13 @@ pub async fn settle(
         .subscribe(subject)
         .await
         .map_err(|e| A2aError::internal(format!("cannot follow the task: {e}")))?;
+    // Subscribed on the server before the first read: no change falls between them.
+    state
+        .bus
+        .nats
+        .flush()
+        .await
+        .map_err(|e| A2aError::internal(format!("cannot follow the task: {e}")))?;
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let record = record(ctx, task_id).await?;
