@@ -119,6 +119,12 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
             "invalid_instruction",
         ),
         (
+            "a NUL character in the instruction",
+            r#"{"instruction": "hello \u0000 world"}"#.to_owned(),
+            422,
+            "invalid_text",
+        ),
+        (
             "unknown field",
             r#"{"instruction": "x", "colour": "red"}"#.to_owned(),
             422,
@@ -153,6 +159,21 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
         let answer = call(&stack, Method::POST, tasks, token, Some(body)).await;
         assert_error(label, &answer, *status, code);
     }
+    let nul = call(
+        &stack,
+        Method::POST,
+        tasks,
+        token,
+        Some(r#"{"instruction": "a\u0000b"}"#),
+    )
+    .await;
+    assert!(
+        nul.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("instruction contains a NUL")),
+        "the field is named: {:?}",
+        nul.1
+    );
     let no_json = stack
         .http
         .post(stack.url(tasks))

@@ -1,7 +1,8 @@
 //! How a job meets failure: a fatal LLM error fails the job at once with the reason (and a
 //! `task.failed` notification); a recoverable one puts the job in `retry` with a time, after
 //! which it is redelivered, resumed and finished; a tool that fails is reported to the model,
-//! which carries on.
+//! which carries on; a tool output or model text with NUL bytes is stored (as U+FFFD, the
+//! count told to the model) and the job goes on.
 
 use std::time::Duration;
 
@@ -173,4 +174,37 @@ async fn tool_errors_are_reported_to_the_model_and_the_job_carries_on() {
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(leaked, 0, "nothing was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nul_bytes_in_tool_output_and_model_text_are_stored_and_the_job_goes_on() {
+    let scenario = json!({"scenarios": [{
+        "name": "binary",
+        "turns": [
+            {"text": "odd \u{0} text", "tool_calls": [
+                {"name": "shell", "arguments": {"command": "printf 'a\\0b\\0c'"}}
+            ]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "read \u{0} it"}}]}
+        ]
+    }]});
+    let stack = Stack::up(StackOptions::new(scenario)).await;
+    let done = stack.run(&json!({"instruction": "read binary"})).await;
+    let job = done.job();
+    assert_eq!(job.status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(job.attempt, 1, "nothing was retried");
+    assert_eq!(job.result.as_deref(), Some("read \u{FFFD} it"));
+    let events = stack.events(done.id()).await;
+    let results = tool_results(&events);
+    assert!(
+        results[0].0.contains("a\u{FFFD}b\u{FFFD}c")
+            && results[0]
+                .0
+                .contains("[2 NUL byte(s) in this output are shown as U+FFFD"),
+        "the model sees the output and how many NULs it had: {:?}",
+        results[0].0
+    );
+    let said = of_kind(&events, EventKind::Message)
+        .find(|e| e.payload["role"] == "assistant")
+        .expect("the model's message");
+    assert_eq!(said.payload["content"], "odd \u{FFFD} text");
 }

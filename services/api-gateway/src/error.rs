@@ -72,6 +72,15 @@ impl From<maestro_db::DbError> for ApiError {
     fn from(e: maestro_db::DbError) -> Self {
         match e {
             maestro_db::DbError::Unavailable(_) => ApiError::Unavailable("the database".to_owned()),
+            // Validation let through a value the database cannot hold: the request's fault,
+            // said plainly (and logged, in case it is ours).
+            maestro_db::DbError::Rejected(e) => {
+                tracing::warn!(error = %e, "the database refused a value of a request");
+                ApiError::invalid(
+                    "invalid_data",
+                    "the request holds a value that cannot be stored",
+                )
+            }
             other => ApiError::Unexpected(other.into()),
         }
     }

@@ -1,7 +1,10 @@
 //! A JSON body extractor whose rejections use the API's error shape instead of axum's plain
-//! text.
+//! text, and that refuses a NUL character in any string of the body with a 422 naming the
+//! field (Postgres cannot store one; `maestro_domain::storable`).
 
+use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderMap, header};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -18,7 +21,52 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
+        if !json_content_type(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType(
+                "send the body as JSON with Content-Type: application/json".to_owned(),
+            ));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::TooLarge(0)
+            } else {
+                ApiError::bad_request("invalid_body", e.body_text())
+            }
+        })?;
+        refuse_nul(&bytes)?;
+        let axum::Json(value) = axum::Json::<T>::from_bytes(&bytes)?;
         Ok(ApiJson(value))
+    }
+}
+
+/// `application/json`, or any `+json` type.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let essence = essence.to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// A body whose strings hold a NUL (`\u0000`) is refused, naming the field. Only a body that
+/// spells `\u0000` at all is parsed for it.
+pub fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
+    if !bytes.windows(6).any(|w| w == br"\u0000") {
+        return Ok(());
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return Ok(()); // not JSON: the parse that follows says so
+    };
+    match maestro_domain::storable::nul_path(&value) {
+        Some(path) => Err(ApiError::invalid(
+            "invalid_text",
+            format!("{path} contains a NUL character (\\u0000), which cannot be stored; remove it"),
+        )),
+        None => Ok(()),
     }
 }

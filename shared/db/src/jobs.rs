@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use maestro_domain::storable;
 use maestro_domain::{EventBody, JobId, JobStatus, TaskId, WaitReason};
 use sqlx::{PgConnection, PgPool};
 
@@ -82,6 +83,9 @@ pub async fn append_delivering(
         .collect();
     let payloads: Vec<serde_json::Value> = events.iter().map(EventBody::payload).collect();
     let to = transition.map(|t| t.to.as_str());
+    // The model's result or a tool's error text may carry a NUL (see `storable`).
+    let result = transition.and_then(|t| t.result.as_deref().map(storable::text));
+    let error = transition.and_then(|t| t.error.as_deref().map(storable::text));
     let row = sqlx::query!(
         r#"
         WITH j AS (
@@ -130,8 +134,8 @@ pub async fn append_delivering(
         &payloads,
         to,
         transition.and_then(|t| t.wait_reason).map(|w| w.as_str()),
-        transition.and_then(|t| t.result.as_deref()),
-        transition.and_then(|t| t.error.as_deref()),
+        result.as_deref(),
+        error.as_deref(),
         transition.and_then(|t| t.next_retry_at),
         transition.is_some_and(|t| t.refund_attempt),
         delivered,
@@ -361,6 +365,7 @@ pub async fn settle(
     status: JobStatus,
     result: &str,
 ) -> Result<(), DbError> {
+    let result = storable::text(result);
     sqlx::query!(
         r#"
         UPDATE jobs SET status = $2, wait_reason = NULL, result = $3,
@@ -369,7 +374,7 @@ pub async fn settle(
         "#,
         job_id.0,
         status.as_str(),
-        result
+        result.as_ref()
     )
     .execute(conn)
     .await?;

@@ -41,6 +41,11 @@ pub enum DbError {
     /// A concurrent transaction won a lock race (a deadlock or a serialization failure).
     #[error("a concurrent change got in the way (safe to retry): {0}")]
     Contention(#[source] sqlx::Error),
+    /// The database refused the data itself (SQLSTATE class 22, data exception, or 23, an
+    /// integrity constraint other than a unique key): the same write would be refused again,
+    /// so it is not retried.
+    #[error("the database refused the data (not safe to retry): {0}")]
+    Rejected(#[source] sqlx::Error),
     #[error("database error (usually safe to retry): {0}")]
     Query(#[source] sqlx::Error),
     #[error("stored data is not readable: {0}")]
@@ -57,6 +62,13 @@ impl From<sqlx::Error> for DbError {
                 if matches!(db.code().as_deref(), Some("40P01" | "40001")) =>
             {
                 DbError::Contention(e)
+            }
+            sqlx::Error::Database(db)
+                if db.code().is_some_and(|c| {
+                    (c.starts_with("22") || c.starts_with("23")) && c != "23505"
+                }) =>
+            {
+                DbError::Rejected(e)
             }
             _ => DbError::Query(e),
         }

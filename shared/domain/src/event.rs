@@ -113,7 +113,8 @@ impl EventBody {
         }
     }
 
-    /// The payload as stored in the `payload` column.
+    /// The payload as stored in the `payload` column (made storable: a NUL from a tool's
+    /// output or the model becomes U+FFFD, `crate::storable`).
     pub fn payload(&self) -> Value {
         let payload = match self {
             EventBody::JobState(p) => serde_json::to_value(p),
@@ -128,7 +129,9 @@ impl EventBody {
             EventBody::Replay(p) => serde_json::to_value(p),
         };
         // Serializing these plain structs cannot fail: every field is JSON-representable.
-        payload.unwrap_or(Value::Null)
+        let mut payload = payload.unwrap_or(Value::Null);
+        crate::storable::json(&mut payload);
+        payload
     }
 
     pub fn from_parts(kind: EventKind, payload: Value) -> Result<Self, serde_json::Error> {

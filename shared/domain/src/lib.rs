@@ -13,6 +13,7 @@ pub mod notification;
 pub mod piece;
 pub mod policy;
 pub mod replay;
+pub mod storable;
 pub mod stream_id;
 pub mod task;
 pub mod tools;

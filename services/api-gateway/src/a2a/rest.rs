@@ -86,7 +86,14 @@ fn body<T: serde::de::DeserializeOwned>(
             "send the body as application/json or application/a2a+json",
         ));
     }
-    serde_json::from_slice(bytes)
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| A2aError::invalid_params(format!("invalid body: {e}")))?;
+    if let Some(path) = maestro_domain::storable::nul_path(&value) {
+        return Err(A2aError::invalid_params(format!(
+            "{path} contains a NUL character (\\u0000), which cannot be stored"
+        )));
+    }
+    serde_json::from_value(value)
         .map_err(|e| A2aError::invalid_params(format!("invalid body: {e}")))
 }
 
@@ -166,6 +173,11 @@ fn list_request(params: &HashMap<String, String>) -> Result<ListTasksRequest, A2
                 .map_err(|_| A2aError::invalid_params("statusTimestampAfter is an RFC 3339 time"))
         })
         .transpose()?;
+    if params.values().any(|v| v.contains('\0')) {
+        return Err(A2aError::invalid_params(
+            "a query parameter contains a NUL character",
+        ));
+    }
     Ok(ListTasksRequest {
         tenant: None,
         context_id: params.get("contextId").cloned(),

@@ -74,6 +74,12 @@ pub async fn call(
         Err((id, error)) => return answer(jsonrpc::error(&id, &error, Dialect::V1)),
     };
     let id = request.id.clone();
+    if let Some(path) = maestro_domain::storable::nul_path(&request.params) {
+        let error = A2aError::invalid_params(format!(
+            "params.{path} contains a NUL character (\\u0000), which cannot be stored"
+        ));
+        return answer(jsonrpc::error(&id, &error, Dialect::V1));
+    }
     let Some((method, dialect)) = Method::parse(&request.method) else {
         let error = A2aError::new(
             ErrorKind::MethodNotFound,

@@ -48,6 +48,22 @@ use run::JobRun;
 
 /// Run a claimed job to its end.
 pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result<JobEnd, JobError> {
+    match run_job(shared, claim, delivery).await {
+        // The database refused this job's data: the same write would be refused on every
+        // attempt, so the job fails now, saying why, instead of retrying.
+        Err(JobError::Db(maestro_db::DbError::Rejected(e))) => {
+            let fence = Fence {
+                job_id: claim.job_id,
+                attempt: claim.attempt,
+            };
+            let error = format!("the database refused this job's data (not retried): {e}");
+            ending::settle_failed(shared, fence, error).await
+        }
+        other => other,
+    }
+}
+
+async fn run_job(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result<JobEnd, JobError> {
     let fence = Fence {
         job_id: claim.job_id,
         attempt: claim.attempt,

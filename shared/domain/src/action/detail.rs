@@ -172,9 +172,12 @@ impl ActionDetail {
     }
 
     /// The JSON stored in the `detail` column.
+    /// As stored (a NUL in the model's arguments becomes U+FFFD, `crate::storable`).
     pub fn to_value(&self) -> Value {
         // Plain data: serializing it cannot fail.
-        serde_json::to_value(self).unwrap_or(Value::Null)
+        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        crate::storable::json(&mut value);
+        value
     }
 
     /// The hash of the arguments a reviewer approves (tool and package requests).
