@@ -442,3 +442,29 @@ async fn open_files_stop_at_the_limit() {
     assert!(stopped < 64, "at most the open-files limit (64): {stopped}");
     assert!(text(&opened).contains(" 24"), "EMFILE: {opened:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_calls_no_tool_needs_fail_with_eperm() {
+    let h = harness().await;
+    // Each denied call made directly (no argument checks in the way): EPERM (1) from the
+    // filter, whatever the kernel would have said.
+    let probe = r#"python3 - <<'PY'
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+numbers = {"x86_64": {"ptrace": 101, "unshare": 272, "bpf": 321, "keyctl": 250, "userfaultfd": 323, "mount": 165},
+           "aarch64": {"ptrace": 117, "unshare": 97, "bpf": 280, "keyctl": 219, "userfaultfd": 282, "mount": 40}}
+for name, nr in numbers[platform.machine()].items():
+    ctypes.set_errno(0)
+    result = libc.syscall(nr, 0, 0, 0, 0, 0)
+    print(name, result, ctypes.get_errno())
+PY
+echo allowed: $(echo ok)"#;
+    let output = h.shell(probe).await.expect("the probe runs");
+    for name in ["ptrace", "unshare", "bpf", "keyctl", "userfaultfd", "mount"] {
+        assert!(
+            output.contains(&format!("{name} -1 1\n")),
+            "{name} is refused with EPERM: {output}"
+        );
+    }
+    assert!(output.contains("allowed: ok"), "the rest works: {output}");
+}

@@ -20,6 +20,7 @@
 mod cgroup;
 mod landlock;
 mod program;
+pub mod seccomp;
 
 use std::path::PathBuf;
 
@@ -54,6 +55,8 @@ pub struct Sandbox {
     pub unavailable: Option<String>,
     /// Why file tools cannot run here (no Landlock), if they cannot.
     pub files_unavailable: Option<String>,
+    /// The compiled seccomp filter programs run under (`seccomp.rs`).
+    pub seccomp: Option<PathBuf>,
 }
 
 /// The effective user id of this process, from `/proc/self/status`.
@@ -83,7 +86,19 @@ impl Sandbox {
             extra_ro_paths,
             unavailable: None,
             files_unavailable: None,
+            seccomp: None,
         };
+        // No filter, no programs: never a weaker sandbox than documented.
+        let filter = std::fs::create_dir_all(probe_dir)
+            .map_err(|e| format!("cannot create {}: {e}", probe_dir.display()))
+            .and_then(|()| seccomp::install(probe_dir));
+        match filter {
+            Ok(path) => sandbox.seccomp = Some(path),
+            Err(e) => {
+                sandbox.unavailable = Some(e);
+                return sandbox;
+            }
+        }
         sandbox.unavailable = sandbox.probe_programs(probe_dir).await.err();
         sandbox.files_unavailable = self::landlock::probe().await.err().map(|e| e.to_string());
         sandbox

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Sandbox;
 use super::cgroup::CallCgroups;
+use super::seccomp;
 
 /// System directories that may be symlinks into `/usr` (merged /usr) or real directories.
 const SYSTEM_DIRS: [&str; 6] = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
@@ -177,18 +178,34 @@ impl Sandbox {
 
     /// `[sh (join cgroups) →] [setpriv (drop to the sandbox user) →] prlimit → bwrap → program`.
     fn command(&self, invocation: &Invocation, cgroups: Option<&CallCgroups>) -> Command {
-        let mut argv: Vec<String> = Vec::new();
+        // The launch wrapper: open the seccomp filter on fd 3 for bubblewrap (inherited
+        // through setpriv and prlimit), and join the call's cgroups first, so every process
+        // the program starts is in them.
+        let mut script = String::new();
+        let mut script_args = Vec::new();
+        if let Some(filter) = &self.seccomp {
+            script.push_str(&format!(r#"exec {}<"$1" || exit 96; shift; "#, seccomp::FD));
+            script_args.push(filter.display().to_string());
+        }
         if let Some(cg) = cgroups {
-            // Join the call's cgroups first, so every process the program starts is in them.
-            argv.extend([
-                "sh".to_owned(),
-                "-c".to_owned(),
-                r#"echo $$ > "$1/cgroup.procs" && echo $$ > "$2/cgroup.procs" || exit 97; shift 2; exec "$@""#
-                    .to_owned(),
-                "maestro-sandbox".to_owned(),
+            script.push_str(
+                r#"echo $$ > "$1/cgroup.procs" && echo $$ > "$2/cgroup.procs" || exit 97; shift 2; "#,
+            );
+            script_args.extend([
                 cg.pids.display().to_string(),
                 cg.memory.display().to_string(),
             ]);
+        }
+        let mut argv: Vec<String> = Vec::new();
+        if !script.is_empty() {
+            script.push_str(r#"exec "$@""#);
+            argv.extend([
+                "sh".to_owned(),
+                "-c".to_owned(),
+                script,
+                "maestro-sandbox".to_owned(),
+            ]);
+            argv.extend(script_args);
         }
         if let Some((uid, gid)) = self.run_as {
             argv.extend([
@@ -231,6 +248,9 @@ impl Sandbox {
         ]
         .map(str::to_owned)
         .to_vec();
+        if self.seccomp.is_some() {
+            args.extend(["--seccomp".to_owned(), seccomp::FD.to_string()]);
+        }
         if invocation.network {
             args.push("--share-net".to_owned());
         }
