@@ -111,4 +111,45 @@ mod tests {
             ]
         );
     }
+
+    proptest::proptest! {
+        /// Hostile or broken servers: any bytes (invalid UTF-8, NUL, lone `\r`, giant lines),
+        /// cut anywhere, parse to the same events as when they come whole, without a panic.
+        #[test]
+        fn any_bytes_cut_anywhere_parse_the_same(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048),
+            cuts in proptest::collection::vec(0usize..2048, 0..16),
+        ) {
+            let whole = SseParser::new().feed(&bytes);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            cuts.sort_unstable();
+            let mut parser = SseParser::new();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                pieces.extend(parser.feed(&bytes[from..cut]));
+                from = cut;
+            }
+            proptest::prop_assert_eq!(pieces, whole);
+        }
+
+        #[test]
+        fn well_formed_events_come_out_as_sent(
+            data in proptest::collection::vec("[^\r\n]{0,40}", 1..5),
+            id in proptest::option::of("[a-z0-9]{1,8}"),
+        ) {
+            let mut wire = String::new();
+            if let Some(id) = &id {
+                wire.push_str(&format!("id: {id}\r\n"));
+            }
+            for line in &data {
+                wire.push_str(&format!("data: {line}\n"));
+            }
+            wire.push('\n');
+            let events = SseParser::new().feed(wire.as_bytes());
+            proptest::prop_assert_eq!(events.len(), 1);
+            proptest::prop_assert_eq!(&events[0].data, &data.join("\n"));
+            proptest::prop_assert_eq!(&events[0].id, &id);
+        }
+    }
 }
