@@ -127,7 +127,7 @@ impl PushHandler {
         let mut request = self
             .http
             .post(&config.url)
-            .header("content-type", "application/a2a+json")
+            .header("content-type", "application/json")
             .header("user-agent", "maestro-notifier")
             .body(serde_json::to_vec(&push.payload).unwrap_or_default());
         if let Some(token) = &config.token {
