@@ -6,6 +6,8 @@
 //! - `?after=`, keep-alive comments, resuming from a delta that aged out (the merged message
 //!   comes instead), and a client that stops reading being disconnected (bounded memory) and
 //!   resuming without a gap.
+//! - Many clients of one task share the gateway's one subscription to it; a client that falls
+//!   behind that shared feed fills the gap from Postgres and the deltas stream.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -375,4 +377,35 @@ async fn a_client_that_stops_reading_is_disconnected_and_can_resume() {
         .map(|i| i.id.clone())
         .collect();
     assert_eq!(got, expected, "the rest of the events, once each");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_sharing_a_feed_they_keep_falling_behind_miss_nothing() {
+    // A backlog of 2: every client lags the shared feed again and again.
+    let options = StackOptions::new(long_scenario()).env("SSE_HUB_BACKLOG", "2");
+    let stack = Stack::up(options).await;
+    let id = stack
+        .new_task(&json!({"instruction": "stream a lot"}))
+        .await;
+    let readers = (0..4).map(|_| {
+        let stack = &stack;
+        async move {
+            let mut stream = stack.stream(&id, None).await;
+            let mut items = Vec::new();
+            while let Some(item) = stream.next(Duration::from_secs(30)).await {
+                let done =
+                    item.event == "job_state" && item.data["payload"]["status"] == "succeeded";
+                items.push(item);
+                if done {
+                    break;
+                }
+            }
+            items
+        }
+    });
+    let all = futures::future::join_all(readers).await;
+    let persisted = stack.events(id).await;
+    for items in &all {
+        check_reconstruction(items, &persisted, false);
+    }
 }

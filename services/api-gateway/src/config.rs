@@ -28,6 +28,9 @@ pub struct Settings {
     pub sse_keepalive: Duration,
     /// Items buffered per SSE client before the gateway waits for it.
     pub sse_buffer: usize,
+    /// Items an SSE client may fall behind its task's shared feed before it refills from
+    /// Postgres and the deltas stream (`SSE_HUB_BACKLOG`).
+    pub sse_hub_backlog: usize,
     /// An SSE client that accepts nothing for this long is disconnected (it can resume).
     pub sse_stall: Duration,
     /// After SIGTERM, how long open requests may take to finish.
@@ -93,6 +96,7 @@ impl Settings {
             job_max_attempts: env.parse("JOB_MAX_ATTEMPTS", 5)?,
             sse_keepalive: env.millis("SSE_KEEPALIVE_MS", Duration::from_secs(15))?,
             sse_buffer: env.parse::<usize>("SSE_BUFFER", 256)?.max(1),
+            sse_hub_backlog: env.parse::<usize>("SSE_HUB_BACKLOG", 4096)?.max(1),
             sse_stall: env.millis("SSE_STALL_MS", Duration::from_secs(30))?,
             shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(10))?,
             public_url: env.opt("A2A_PUBLIC_URL"),

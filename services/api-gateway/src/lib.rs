@@ -7,6 +7,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod fanout;
 pub mod json;
 pub mod routes;
 pub mod routing;

@@ -20,6 +20,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// Cancelled at shutdown; long-lived responses (SSE) end on it.
     pub shutdown: CancellationToken,
+    /// One live subscription per followed task, shared by its SSE clients.
+    pub hubs: Arc<crate::fanout::Hubs>,
 }
 
 impl AppState {
@@ -31,6 +33,7 @@ impl AppState {
             bus,
             settings: Arc::new(settings),
             shutdown,
+            hubs: Arc::default(),
         })
     }
 }

@@ -18,9 +18,11 @@ use futures::StreamExt;
 use maestro_domain::{Event, StreamId, TaskId};
 use maestro_messaging::payloads::Delta;
 use maestro_messaging::setup::DELTAS;
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
+use crate::fanout::{Feed, Item};
 use crate::state::AppState;
 
 /// Events read from Postgres per query while catching up.
@@ -56,23 +58,13 @@ pub async fn open(
     first: Vec<SseEvent>,
     render: impl Render,
 ) -> Result<SseStream, ApiError> {
-    let events = state
-        .bus
-        .nats
-        .subscribe(state.bus.subjects.events_of_task(task_id))
+    // The task's live subjects, shared with the gateway's other clients of the task
+    // (`fanout.rs`); subscribed on the server before anything is read from Postgres.
+    let feed = state
+        .hubs
+        .join(&state.bus, task_id, state.settings.sse_hub_backlog)
         .await
-        .map_err(anyhow::Error::from)?;
-    let deltas = state
-        .bus
-        .nats
-        .subscribe(state.bus.subjects.deltas_of_task(task_id))
-        .await
-        .map_err(anyhow::Error::from)?;
-    // The server has the subscriptions before anything is read from Postgres: an event
-    // committed after that read reaches this client live (without the flush, one published
-    // before the server saw the subscription would be lost until a later event showed the gap
-    // — and the last event of a task has no later one).
-    state.bus.nats.flush().await.map_err(anyhow::Error::from)?;
+        .map_err(|e| anyhow::anyhow!("cannot follow the task: {e}"))?;
     // Bounded per client (`SSE_BUFFER`): a client that stops reading holds this much, plus its
     // TCP buffers, and is disconnected after `SSE_STALL_MS`.
     let (tx, rx) = mpsc::channel(state.settings.sse_buffer);
@@ -84,7 +76,7 @@ pub async fn open(
         tx,
         render,
     };
-    tokio::spawn(pump.run(first, events, deltas));
+    tokio::spawn(pump.run(first, feed));
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (Ok(item), rx))
     });
@@ -104,12 +96,7 @@ struct Pump<R> {
 struct Gone;
 
 impl<R: Render> Pump<R> {
-    async fn run(
-        mut self,
-        first: Vec<SseEvent>,
-        mut events: async_nats::Subscriber,
-        mut deltas: async_nats::Subscriber,
-    ) {
+    async fn run(mut self, first: Vec<SseEvent>, mut feed: Feed) {
         if self.send(self.last, first).await.is_err()
             || self.catch_up(i64::MAX).await.is_err()
             || self.replay_deltas().await.is_err()
@@ -118,22 +105,32 @@ impl<R: Render> Pump<R> {
         }
         let shutdown = self.state.shutdown.clone();
         loop {
-            // Biased, deltas before events: a message's deltas reach this connection before
-            // its event (the worker publishes them before it commits), so when both are
-            // waiting the deltas go first — otherwise the event would make them stale and
-            // the client would miss the end of the live text.
             let step = tokio::select! {
                 biased;
                 _ = self.tx.closed() => return,
                 _ = shutdown.cancelled() => return,
-                Some(message) = deltas.next() => self.on_delta(&message.payload).await,
-                Some(message) = events.next() => self.on_event(&message.payload).await,
-                else => return,
+                item = feed.items.recv() => match item {
+                    Ok(Item::Delta(payload)) => self.on_delta(&payload).await,
+                    Ok(Item::Event(payload)) => self.on_event(&payload).await,
+                    // Fell behind the hub: whatever was missed is in Postgres and the deltas
+                    // stream (the last event may be among it, with nothing after to show the
+                    // gap, so fill it now).
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(missed, "an SSE client fell behind its task's feed; refilling");
+                        self.refill().await
+                    }
+                    Err(RecvError::Closed) => return,
+                },
             };
             if step.is_err() {
                 return;
             }
         }
+    }
+
+    async fn refill(&mut self) -> Result<(), Gone> {
+        self.catch_up(i64::MAX).await?;
+        self.replay_deltas().await
     }
 
     async fn on_event(&mut self, payload: &[u8]) -> Result<(), Gone> {
