@@ -83,6 +83,15 @@ pub async fn open(
     Ok(Sse::new(stream.boxed()).keep_alive(KeepAlive::new().interval(keepalive)))
 }
 
+/// Whether a delta replay knows of deltas the client missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// A stream's start: there may be none.
+    Unknown,
+    /// A gap was seen (or the client lagged): some are missing.
+    Some,
+}
+
 /// Moves items from Postgres, the deltas stream and live subjects to one client, in order.
 struct Pump<R> {
     state: AppState,
@@ -99,7 +108,7 @@ impl<R: Render> Pump<R> {
     async fn run(mut self, first: Vec<SseEvent>, mut feed: Feed) {
         if self.send(self.last, first).await.is_err()
             || self.catch_up(i64::MAX).await.is_err()
-            || self.replay_deltas().await.is_err()
+            || self.replay_deltas(Missing::Unknown).await.is_err()
         {
             return;
         }
@@ -130,7 +139,7 @@ impl<R: Render> Pump<R> {
 
     async fn refill(&mut self) -> Result<(), Gone> {
         self.catch_up(i64::MAX).await?;
-        self.replay_deltas().await
+        self.replay_deltas(Missing::Some).await
     }
 
     async fn on_event(&mut self, payload: &[u8]) -> Result<(), Gone> {
@@ -159,9 +168,15 @@ impl<R: Render> Pump<R> {
         }
         if id.seq == self.last.seq && id.delta > self.last.delta + 1 {
             // Deltas in between were missed (a slow subscription, a reconnect): replay them.
-            self.replay_deltas().await?;
+            self.replay_deltas(Missing::Some).await?;
         }
         if id <= self.last || id.seq != self.last.seq {
+            return Ok(());
+        }
+        if id.delta > self.last.delta + 1 {
+            // Still a hole (the deltas stream has not stored the missing ones yet): never
+            // send text past it — the next delta tries again, and the message event brings
+            // the whole text in any case.
             return Ok(());
         }
         let items = self.render.delta(id, &delta);
@@ -190,7 +205,7 @@ impl<R: Render> Pump<R> {
     /// Send the stored deltas of the message being generated after the last event sent
     /// (those after the last delta sent, if the client had some). Deltas that aged out of
     /// the stream are simply not there: the message event will carry the whole text.
-    async fn replay_deltas(&mut self) -> Result<(), Gone> {
+    async fn replay_deltas(&mut self, missing: Missing) -> Result<(), Gone> {
         let filter = self
             .state
             .bus
@@ -205,9 +220,11 @@ impl<R: Render> Pump<R> {
                 ..Default::default()
             };
             let consumer = stream.create_consumer(config).await.ok()?;
-            // Nothing stored (the usual case: no reply is being generated): nothing to wait
-            // for — without this the stream would idle REPLAY_IDLE before going live.
-            if consumer.cached_info().num_pending == 0 {
+            // Nothing stored (the usual case at a stream's start: no reply is being
+            // generated): nothing to wait for — without this the stream would idle
+            // REPLAY_IDLE before going live. When deltas are known to be missing, they may
+            // have reached subscribers before the stream stored them: wait for them.
+            if missing == Missing::Unknown && consumer.cached_info().num_pending == 0 {
                 return Some(None);
             }
             consumer.messages().await.ok().map(Some)
