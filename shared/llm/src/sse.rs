@@ -22,6 +22,12 @@ impl SseParser {
         Self::default()
     }
 
+    /// Bytes held for the event not yet complete (its lines so far and a partial line): what
+    /// a server that never ends a line or an event makes grow.
+    pub fn pending_bytes(&self) -> usize {
+        self.buffer.len() + self.current.data.len()
+    }
+
     /// Add bytes; return the events they complete.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         self.buffer.extend_from_slice(bytes);

@@ -37,6 +37,10 @@ pub enum StreamEvent {
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
+/// The largest SSE event the client holds while it is incomplete (chat-completion chunks are
+/// a few KiB).
+pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+
 /// A streaming answer. Call [`ChatStream::next`] until it returns `None`.
 pub struct ChatStream {
     body: ByteStream,
@@ -57,8 +61,12 @@ impl std::fmt::Debug for ChatStream {
 
 impl ChatStream {
     pub(crate) fn new(response: reqwest::Response, idle_timeout: Duration) -> Self {
+        Self::of(Box::pin(response.bytes_stream()), idle_timeout)
+    }
+
+    fn of(body: ByteStream, idle_timeout: Duration) -> Self {
         Self {
-            body: Box::pin(response.bytes_stream()),
+            body,
             parser: SseParser::new(),
             pending: VecDeque::new(),
             idle_timeout,
@@ -67,7 +75,9 @@ impl ChatStream {
         }
     }
 
-    /// The next event, `None` once the server has sent `[DONE]`.
+    /// The next event, `None` once the server has sent `[DONE]`. An event that grows past
+    /// [`MAX_EVENT_BYTES`] without ending is a protocol error (a broken or hostile server
+    /// cannot grow the worker's memory without bound).
     pub async fn next(&mut self) -> Option<Result<StreamEvent, LlmError>> {
         loop {
             if let Some(event) = self.pending.pop_front() {
@@ -85,7 +95,14 @@ impl ChatStream {
                 Ok(Some(Err(e))) => return Some(Err(e.into())),
                 Ok(Some(Ok(chunk))) => chunk,
             };
-            for sse in self.parser.feed(&chunk) {
+            let events = self.parser.feed(&chunk);
+            if self.parser.pending_bytes() > MAX_EVENT_BYTES {
+                self.done = true;
+                return Some(Err(LlmError::Protocol(format!(
+                    "an SSE event grew past {MAX_EVENT_BYTES} bytes without ending"
+                ))));
+            }
+            for sse in events {
                 if sse.data.trim() == "[DONE]" {
                     self.done = true;
                     break;
@@ -348,5 +365,19 @@ mod tests {
         assert_eq!(done.tool_calls[1], ToolCall::new("b", "list_files", "{}"));
         assert_eq!(done.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(done.usage.map(|u| u.cached_prompt_tokens), Some(8));
+    }
+
+    #[tokio::test]
+    async fn an_event_that_never_ends_is_refused_before_it_grows_without_bound() {
+        let chunk = Bytes::from(vec![b'x'; 1024 * 1024]);
+        let mut pieces: Vec<reqwest::Result<Bytes>> = vec![Ok(Bytes::from_static(b"data: "))];
+        pieces.extend((0..16).map(|_| Ok(chunk.clone())));
+        let endless = futures::stream::iter(pieces);
+        let mut stream = ChatStream::of(Box::pin(endless), Duration::from_secs(5));
+        match stream.next().await {
+            Some(Err(LlmError::Protocol(why))) => assert!(why.contains("without ending"), "{why}"),
+            other => panic!("refused: {other:?}"),
+        }
+        assert!(stream.next().await.is_none(), "and the stream is over");
     }
 }
