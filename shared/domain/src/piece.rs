@@ -582,4 +582,24 @@ movements:
         assert!(read_only.refusal("edit_file").is_some());
         assert_eq!(read_only.refusal("mcp__files__read"), None);
     }
+
+    proptest::proptest! {
+        /// A piece file of any content is a piece or a refusal with its reason, never a panic.
+        #[test]
+        fn any_piece_text_parses_or_is_refused(yaml in "\\PC{0,400}") {
+            let _ = Piece::parse("fuzz.yaml", &yaml);
+        }
+
+        /// Mutations of a valid piece (a line dropped, any line replaced) never panic either.
+        #[test]
+        fn mutated_pieces_parse_or_are_refused(drop in 0usize..40, line in "\\PC{0,60}") {
+            let source = Catalog::builtin();
+            let yaml = source.pieces().next().map(|p| p.name.clone()).unwrap_or_default();
+            let text = format!("name: {yaml}\nmovements:\n  - name: a\n    instruction: x\n");
+            let mut lines: Vec<&str> = text.lines().collect();
+            let at = drop % lines.len();
+            lines[at] = &line;
+            let _ = Piece::parse("fuzz.yaml", &lines.join("\n"));
+        }
+    }
 }

@@ -560,4 +560,23 @@ mod tests {
             ]
         );
     }
+
+    proptest::proptest! {
+        /// Whatever the model writes as arguments — truncated, invalid, not an object, huge,
+        /// any characters — the answer is the object or an error the model reads, never a panic.
+        #[test]
+        fn any_argument_text_is_an_object_or_an_error(raw in "\\PC{0,300}|\\{\"[a-z]{1,5}\": ?\\PC{0,40}") {
+            match parse_arguments(&raw) {
+                Ok(value) => proptest::prop_assert!(value.is_object()),
+                Err(why) => proptest::prop_assert!(why.starts_with("Error: arguments")),
+            }
+        }
+
+        #[test]
+        fn valid_objects_cut_short_are_errors(cut in 1usize..40) {
+            let whole = r#"{"path": "notes/a.txt", "content": "hi\nthere"}"#;
+            let cut = cut.min(whole.len() - 1);
+            proptest::prop_assert!(parse_arguments(&whole[..cut]).is_err());
+        }
+    }
 }
