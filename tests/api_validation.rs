@@ -462,3 +462,176 @@ async fn webhook_subscriptions_are_validated_private_and_deletable() {
         json!({"status": "ready", "checks": {"postgres": true, "nats": true}})
     );
 }
+
+/// A small deterministic generator of hostile JSON: the fields the routes read, with values of
+/// every kind — odd text (NUL, control characters, lone surrogates' replacements, right-to-left
+/// marks, very long), numbers out of range, nulls, nested arrays and objects.
+struct Hostile(u64);
+
+impl Hostile {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+
+    fn text(&mut self) -> Value {
+        let pieces = [
+            "hello",
+            "",
+            " ",
+            "\u{0}",
+            "a\u{0}b",
+            "\u{7}\u{1b}[2J",
+            "\u{202e}evil",
+            "\u{fffd}",
+            "😀",
+            "../../etc/passwd",
+            "'; DROP TABLE tasks; --",
+            "{\"nested\": 1}",
+            "\\u0000",
+            "auto",
+            "chat",
+            "approve",
+            "deny",
+            "once",
+            "task",
+            "http://127.0.0.1:1/x",
+        ];
+        let mut text = String::new();
+        for _ in 0..(self.next() % 4) {
+            text.push_str(self.pick(&pieces));
+        }
+        if self.next() % 10 == 0 {
+            text.push_str(&"x".repeat((self.next() % 5000) as usize));
+        }
+        Value::String(text)
+    }
+
+    fn value(&mut self, depth: u32) -> Value {
+        match self.next() % 8 {
+            0 => Value::Null,
+            1 => json!(self.next() % 2 == 0),
+            2 => json!(self.next() as i64),
+            3 => json!(-1.5e308),
+            4 if depth < 3 => Value::Array(
+                (0..self.next() % 4)
+                    .map(|_| self.value(depth + 1))
+                    .collect(),
+            ),
+            5 if depth < 3 => self.object(depth + 1),
+            _ => self.text(),
+        }
+    }
+
+    fn object(&mut self, depth: u32) -> Value {
+        let fields = [
+            "instruction",
+            "piece",
+            "model",
+            "start_movement",
+            "body",
+            "decision",
+            "scope",
+            "note",
+            "arguments_hash",
+            "url",
+            "event_types",
+            "token",
+            "message",
+            "parts",
+            "text",
+            "messageId",
+            "role",
+            "taskId",
+            "contextId",
+            "configuration",
+            "metadata",
+            "id",
+        ];
+        let mut object = serde_json::Map::new();
+        for _ in 0..(self.next() % 6) {
+            let key = self.pick(&fields).to_owned();
+            object.insert(key, self.value(depth));
+        }
+        Value::Object(object)
+    }
+}
+
+/// Hundreds of hostile bodies at every route that reads one: each gets a 2xx or a 4xx with the
+/// API's error shape — never a 5xx, never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bodies_never_earn_a_5xx() {
+    let stack = gateway_only().await;
+    let token = Some(stack.token.as_str());
+    let (_, task) = call(
+        &stack,
+        Method::POST,
+        "/api/local/tasks",
+        token,
+        Some(r#"{"instruction": "a target"}"#),
+    )
+    .await;
+    let id = task["id"].as_str().expect("a task").to_owned();
+    let rid = "0190c0de-0000-7000-8000-000000000000";
+    let routes = [
+        (Method::POST, "/api/local/tasks".to_owned()),
+        (Method::POST, format!("/api/local/tasks/{id}/comments")),
+        (Method::POST, format!("/api/local/tasks/{id}/continue")),
+        (
+            Method::POST,
+            format!("/api/local/tasks/{id}/required-actions/{rid}/decide"),
+        ),
+        (Method::POST, format!("/api/local/tasks/{id}/cancel")),
+        (Method::POST, "/api/webhooks".to_owned()),
+        (Method::PUT, "/api/local/mcp-servers/docs/token".to_owned()),
+        (Method::POST, "/a2a/rest/message:send".to_owned()),
+    ];
+    let mut hostile = Hostile(0x0bad_cafe_f00d);
+    for round in 0..60 {
+        for (method, path) in &routes {
+            let body = hostile.object(0).to_string();
+            let (status, answer) = call(&stack, method.clone(), path, token, Some(&body)).await;
+            assert!(
+                status.as_u16() < 500,
+                "round {round}: {method} {path} with {body} -> {status} {answer}"
+            );
+            if status.is_client_error() && !path.starts_with("/a2a") {
+                assert!(answer["error"]["code"].is_string(), "{path}: {answer}");
+            }
+        }
+        // JSON-RPC: any method name, any params.
+        let method = hostile.pick(&[
+            "SendMessage",
+            "GetTask",
+            "ListTasks",
+            "CancelTask",
+            "CreateTaskPushNotificationConfig",
+            "message/send",
+            "tasks/get",
+            "Nope",
+        ]);
+        let body =
+            json!({"jsonrpc": "2.0", "id": round, "method": method, "params": hostile.object(0)});
+        let response = stack
+            .http
+            .post(stack.url("/a2a/v1"))
+            .bearer_auth(&stack.token)
+            .header("a2a-version", if round % 2 == 0 { "1.0" } else { "0.3" })
+            .json(&body)
+            .send()
+            .await
+            .expect("an answer");
+        assert!(response.status().as_u16() < 500, "{body}");
+        let answer: Value = response.json().await.expect("JSON-RPC answers are JSON");
+        assert!(
+            answer.get("result").is_some() || answer["error"]["code"].as_i64() != Some(-32603),
+            "no internal error: {body} -> {answer}"
+        );
+    }
+}
