@@ -507,7 +507,7 @@ impl Hostile {
         for _ in 0..(self.next() % 4) {
             text.push_str(self.pick(&pieces));
         }
-        if self.next() % 10 == 0 {
+        if self.next().is_multiple_of(10) {
             text.push_str(&"x".repeat((self.next() % 5000) as usize));
         }
         Value::String(text)
@@ -516,7 +516,7 @@ impl Hostile {
     fn value(&mut self, depth: u32) -> Value {
         match self.next() % 8 {
             0 => Value::Null,
-            1 => json!(self.next() % 2 == 0),
+            1 => json!(self.next().is_multiple_of(2)),
             2 => json!(self.next() as i64),
             3 => json!(-1.5e308),
             4 if depth < 3 => Value::Array(
@@ -622,7 +622,14 @@ async fn hostile_bodies_never_earn_a_5xx() {
             .http
             .post(stack.url("/a2a/v1"))
             .bearer_auth(&stack.token)
-            .header("a2a-version", if round % 2 == 0 { "1.0" } else { "0.3" })
+            .header(
+                "a2a-version",
+                if round.is_multiple_of(2) {
+                    "1.0"
+                } else {
+                    "0.3"
+                },
+            )
             .json(&body)
             .send()
             .await
