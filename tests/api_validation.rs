@@ -593,7 +593,7 @@ async fn hostile_bodies_never_earn_a_5xx() {
         (Method::POST, "/a2a/rest/message:send".to_owned()),
     ];
     let mut hostile = Hostile(0x0bad_cafe_f00d);
-    for round in 0..60 {
+    for round in 0u32..60 {
         for (method, path) in &routes {
             let body = hostile.object(0).to_string();
             let (status, answer) = call(&stack, method.clone(), path, token, Some(&body)).await;
