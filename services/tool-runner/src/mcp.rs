@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use maestro_domain::TaskId;
 use maestro_domain::tools::{Idempotency, McpTarget, ToolSpec, mcp_tool_name, split_mcp_tool_name};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt as _, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{Mutex, oneshot};
 
@@ -270,20 +270,31 @@ impl Session {
 
 /// Route replies to their requests; notifications and server-to-client requests are ignored
 /// (the client offers no capabilities, so a compliant server sends none it needs answered).
+/// The largest message an MCP server may send (one JSON-RPC line).
+const MAX_REPLY_BYTES: u64 = 16 * 1024 * 1024;
+
 async fn read_replies(
     mut stdout: BufReader<tokio::process::ChildStdout>,
     pending: Pending,
     alive: tokio_util::sync::CancellationToken,
     name: String,
 ) {
-    let mut line = String::new();
+    let mut line = Vec::new();
     loop {
         line.clear();
-        match stdout.read_line(&mut line).await {
+        // A line is read as bytes (a server's invalid UTF-8 costs that message, not the
+        // session) and at most MAX_REPLY_BYTES of it (a server that never ends a line cannot
+        // grow the tool-runner's memory).
+        let mut limited = (&mut stdout).take(MAX_REPLY_BYTES + 1);
+        match limited.read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+        if line.len() as u64 > MAX_REPLY_BYTES {
+            tracing::warn!(server = %name, "an MCP message over {MAX_REPLY_BYTES} bytes; stopping the server");
+            break;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&String::from_utf8_lossy(&line)) else {
             continue;
         };
         let (Some(id), true) = (message["id"].as_u64(), message.get("method").is_none()) else {
