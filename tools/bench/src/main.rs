@@ -126,6 +126,9 @@ async fn main() -> anyhow::Result<()> {
     println!("warming up with {} jobs", args.warmup);
     run(&stack, &waiters, args.warmup, args.concurrency).await?;
     let commits_before = commits(&stack).await?;
+    let measured_from: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&stack.db.pool)
+        .await?;
     println!("running {} jobs, {} at a time", args.jobs, args.concurrency);
     let started = Instant::now();
     let mut latencies = run(&stack, &waiters, args.jobs, args.concurrency).await?;
@@ -149,6 +152,43 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "commits:     {:.1} per job (pg_stat_database.xact_commit, reads included)",
         commits as f64 / latencies.len() as f64
+    );
+    stages(&stack, measured_from).await?;
+    Ok(())
+}
+
+/// Where a job's time goes, from its events' timestamps (each the start of the transaction
+/// that wrote it): p50 of each step of the reference job, over the measured jobs.
+async fn stages(stack: &Stack, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+    let row: (f64, f64, f64, f64) = sqlx::query_as(
+        r#"
+        WITH t AS (
+            SELECT e.task_id,
+                   min(e.created_at) FILTER (WHERE e.payload->>'status' = 'queued') AS queued,
+                   min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running') AS running,
+                   min(e.created_at) FILTER (WHERE e.kind = 'tool_result') AS tool,
+                   max(e.created_at) FILTER (WHERE e.payload->>'status' = 'succeeded') AS done
+              FROM events e JOIN tasks k ON k.id = e.task_id AND k.created_at >= $1
+             GROUP BY e.task_id
+        )
+        SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM running - queued)),
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM tool - running)),
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - tool)),
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued))
+          FROM t
+        "#,
+    )
+    .bind(from)
+    .fetch_one(&stack.db.pool)
+    .await?;
+    println!(
+        "stages p50:  create → claimed {:.1} ms, claimed → tool result {:.1} ms (LLM call, tool call), \
+         tool result → succeeded {:.1} ms (LLM call, final commit); create → succeeded {:.1} ms \
+         (by the events' transaction start times)",
+        row.0 * 1000.0,
+        row.1 * 1000.0,
+        row.2 * 1000.0,
+        row.3 * 1000.0
     );
     Ok(())
 }
