@@ -86,16 +86,6 @@ impl Hubs {
             _hub: hub,
         })
     }
-
-    /// Tasks with a live hub (for tests and metrics).
-    pub fn len(&self) -> usize {
-        let live = self.live.lock().expect("lock");
-        live.values().filter(|hub| hub.strong_count() > 0).count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl Hub {

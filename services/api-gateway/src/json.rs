@@ -53,16 +53,9 @@ fn json_content_type(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// A body whose strings hold a NUL (`\u0000`) is refused, naming the field. Only a body that
-/// spells `\u0000` at all is parsed for it.
+/// A body whose strings hold a NUL (`\u0000`) is refused, naming the field.
 pub fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
-    if !bytes.windows(6).any(|w| w == br"\u0000") {
-        return Ok(());
-    }
-    let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
-        return Ok(()); // not JSON: the parse that follows says so
-    };
-    match maestro_domain::storable::nul_path(&value) {
+    match maestro_domain::storable::nul_path_in_json(bytes) {
         Some(path) => Err(ApiError::invalid(
             "invalid_text",
             format!("{path} contains a NUL character (\\u0000), which cannot be stored; remove it"),

@@ -78,6 +78,16 @@ pub fn nul_path(value: &Value) -> Option<String> {
     })
 }
 
+/// [`nul_path`] of a JSON text. JSON can only carry a NUL escaped, so only a text that spells
+/// `\u0000` is parsed for it; a text that is not JSON has none to report.
+pub fn nul_path_in_json(bytes: &[u8]) -> Option<String> {
+    if !bytes.windows(6).any(|w| w == br"\u0000") {
+        return None;
+    }
+    let value = serde_json::from_slice::<Value>(bytes).ok()?;
+    nul_path(&value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +116,12 @@ mod tests {
         assert_eq!(nul_path(&nested).as_deref(), Some("message.parts[1].text"));
         assert_eq!(nul_path(&json!("\0")).as_deref(), Some("the body"));
         assert_eq!(nul_path(&json!({"fine": ["a", 1, null]})), None);
+        assert_eq!(
+            nul_path_in_json(br#"{"a": "x\u0000"}"#).as_deref(),
+            Some("a")
+        );
+        assert_eq!(nul_path_in_json(br#"{"a": "\\u0000 is text"}"#), None);
+        assert_eq!(nul_path_in_json(b"not json \\u0000"), None);
     }
 
     proptest! {

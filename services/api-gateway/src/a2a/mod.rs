@@ -58,16 +58,16 @@ async fn send_and_answer(
         history_length: ops::history_length(config.history_length)?,
         include_artifacts: true,
     };
-    let task = if immediately {
-        ops::task(ctx, task_id, shape).await?
+    let view = if immediately {
+        ops::view(ctx, task_id, shape).await?
     } else {
         let limit = ctx.state.settings.a2a_blocking;
         ops::settle(ctx, task_id, limit, shape).await?
     };
-    if task.status.state == TaskState::Completed && ops::replied(ctx, task_id).await? {
-        return Ok(StreamResponse::Message(direct_answer(task)));
+    if view.task.status.state == TaskState::Completed && view.replied {
+        return Ok(StreamResponse::Message(direct_answer(view.task)));
     }
-    Ok(StreamResponse::Task(task))
+    Ok(StreamResponse::Task(view.task))
 }
 
 /// The agent answered directly (`complete` with status `reply`): the answer as a message of

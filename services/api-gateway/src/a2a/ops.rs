@@ -388,8 +388,21 @@ pub async fn record(ctx: Ctx<'_>, task_id: TaskId) -> Result<TaskRecord, A2aErro
         .ok_or_else(A2aError::task_not_found)
 }
 
+/// A task as A2A shows it, and whether its latest job ended with a direct answer
+/// ([`map::replied`]), read from the same events.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub task: Task,
+    pub replied: bool,
+}
+
 /// Tasks of the caller's as A2A shows them, in the order of `ids`.
 pub async fn tasks(ctx: Ctx<'_>, ids: &[TaskId], shape: Shape) -> Result<Vec<Task>, A2aError> {
+    let views = views(ctx, ids, shape).await?;
+    Ok(views.into_iter().map(|v| v.task).collect())
+}
+
+async fn views(ctx: Ctx<'_>, ids: &[TaskId], shape: Shape) -> Result<Vec<View>, A2aError> {
     let pool = &ctx.state.pool;
     let records = maestro_db::tasks::many(pool, ctx.owner, ids)
         .await
@@ -437,22 +450,22 @@ pub async fn tasks(ctx: Ctx<'_>, ids: &[TaskId], shape: Shape) -> Result<Vec<Tas
             files: &files,
             files_url: &files_url,
         };
-        tasks.push(map::task(parts, shape));
+        tasks.push(View {
+            task: map::task(parts, shape),
+            replied: map::replied(&events),
+        });
     }
     Ok(tasks)
 }
 
-/// Whether the task's latest job ended with a direct answer ([`map::replied`]).
-pub async fn replied(ctx: Ctx<'_>, task_id: TaskId) -> Result<bool, A2aError> {
-    let events = maestro_db::events::replies_and_states(&ctx.state.pool, &[task_id])
-        .await
-        .map_err(db)?;
-    Ok(map::replied(&events))
-}
-
 /// One task of the caller's as A2A shows it.
 pub async fn task(ctx: Ctx<'_>, task_id: TaskId, shape: Shape) -> Result<Task, A2aError> {
-    tasks(ctx, &[task_id], shape)
+    view(ctx, task_id, shape).await.map(|v| v.task)
+}
+
+/// [`task`], with whether its agent answered directly.
+pub async fn view(ctx: Ctx<'_>, task_id: TaskId, shape: Shape) -> Result<View, A2aError> {
+    views(ctx, &[task_id], shape)
         .await?
         .pop()
         .ok_or_else(A2aError::task_not_found)
@@ -475,7 +488,7 @@ pub async fn settle(
     task_id: TaskId,
     limit: Duration,
     shape: Shape,
-) -> Result<Task, A2aError> {
+) -> Result<View, A2aError> {
     let state = ctx.state;
     let subject = state.bus.subjects.events_of_task(task_id);
     let mut changes = state
@@ -514,7 +527,7 @@ pub async fn settle(
             break;
         }
     }
-    task(ctx, task_id, shape).await
+    view(ctx, task_id, shape).await
 }
 
 /// `ListTasks`: the caller's tasks by last change, newest first.

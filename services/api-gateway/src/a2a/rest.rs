@@ -66,6 +66,17 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+impl Caller {
+    /// The operations' context for this caller.
+    fn ctx<'a>(&'a self, state: &'a AppState) -> Ctx<'a> {
+        Ctx {
+            state,
+            owner: &self.0,
+            base: &self.1,
+        }
+    }
+}
+
 /// The answer to an operation: its value, or its refusal.
 fn respond<T: IntoResponse>(result: Result<T, A2aError>) -> Response {
     result.map_or_else(|error| refuse(&error), IntoResponse::into_response)
@@ -86,30 +97,24 @@ fn body<T: serde::de::DeserializeOwned>(
             "send the body as application/json or application/a2a+json",
         ));
     }
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| A2aError::invalid_params(format!("invalid body: {e}")))?;
-    if let Some(path) = maestro_domain::storable::nul_path(&value) {
+    if let Some(path) = maestro_domain::storable::nul_path_in_json(bytes) {
         return Err(A2aError::invalid_params(format!(
             "{path} contains a NUL character (\\u0000), which cannot be stored"
         )));
     }
-    serde_json::from_value(value)
+    serde_json::from_slice(bytes)
         .map_err(|e| A2aError::invalid_params(format!("invalid body: {e}")))
 }
 
 /// `POST /message:send` and `POST /message:stream`.
 pub async fn message(
     State(state): State<AppState>,
-    Caller(owner, base): Caller,
+    caller: Caller,
     Path(action): Path<String>,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Response {
-    let ctx = Ctx {
-        state: &state,
-        owner: &owner,
-        base: &base,
-    };
+    let ctx = caller.ctx(&state);
     let result = async {
         let streaming = match action.as_str() {
             "message:send" => false,
@@ -133,14 +138,10 @@ pub async fn message(
 /// `GET /tasks`
 pub async fn list(
     State(state): State<AppState>,
-    Caller(owner, base): Caller,
+    caller: Caller,
     Query(params): Params,
 ) -> Response {
-    let ctx = Ctx {
-        state: &state,
-        owner: &owner,
-        base: &base,
-    };
+    let ctx = caller.ctx(&state);
     let result = async {
         let request = list_request(&params)?;
         ops::list(ctx, &request).await.map(ok)
@@ -239,18 +240,14 @@ pub async fn extended_card(State(state): State<AppState>, Caller(_, base): Calle
 /// Everything under `/tasks/{...}`: a task, its cancel and subscribe verbs, its push configs.
 pub async fn on_task(
     State(state): State<AppState>,
-    Caller(owner, base): Caller,
+    caller: Caller,
     method: Method,
     headers: HeaderMap,
     Path(rest): Path<String>,
     Query(params): Params,
     bytes: Bytes,
 ) -> Response {
-    let ctx = Ctx {
-        state: &state,
-        owner: &owner,
-        base: &base,
-    };
+    let ctx = caller.ctx(&state);
     let segments: Vec<&str> = rest.split('/').collect();
     let result = match (&method, segments.as_slice()) {
         (&Method::GET, [id]) if !id.contains(':') => {

@@ -9,9 +9,10 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use maestro_domain::TaskId;
 use maestro_domain::tools::{FILE_ERROR_HEADER, FileError, FileReadRequest};
 
-use super::owned_task;
+use super::parse_id;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -27,16 +28,17 @@ pub async fn get(
     Caller(owner): Caller,
     Path((id, path)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let task_id = owned_task(&state, &owner, &id).await?;
+    let task_id: TaskId = parse_id(&id, "task")?;
+    // One read: the task's workspace, if the caller owns the task.
+    let workspace_id = maestro_db::tasks::workspace_of(&state.pool, &owner, task_id)
+        .await?
+        .ok_or(ApiError::NotFound("task"))?;
     if path.is_empty() || path.len() > 1024 || path.contains('\0') {
         return Err(ApiError::invalid(
             "invalid_path",
             "a file path is 1 to 1024 characters",
         ));
     }
-    let workspace_id = maestro_db::tasks::workspace_of(&state.pool, &owner, task_id)
-        .await?
-        .ok_or(ApiError::NotFound("task"))?;
     let limit = (state.bus.nats.server_info().max_payload as u64).saturating_sub(HEADROOM);
     let request = FileReadRequest {
         workspace_id,
