@@ -58,6 +58,7 @@ pub fn router(state: AppState) -> Router {
             post(routes::comments::cancel),
         )
         .merge(pauses_and_webhooks())
+        .merge(schedules_and_inbox())
         .fallback(routes::not_found);
     Router::new()
         .route("/healthz", get(routes::health::healthz))
@@ -108,6 +109,54 @@ fn pauses_and_webhooks() -> Router<AppState> {
             post(routes::webhooks::create).get(routes::webhooks::list),
         )
         .route("/api/webhooks/{id}", delete(routes::webhooks::delete))
+        .route(
+            "/api/webhooks/{id}/deliveries",
+            get(routes::webhooks::deliveries),
+        )
+        .route(
+            "/api/webhooks/{id}/deliveries/{delivery_id}/redeliver",
+            post(routes::webhooks::redeliver),
+        )
+        .route("/api/webhooks/{id}/enable", post(routes::webhooks::enable))
+}
+
+/// The routes of schedules, the inbox and the activity feed.
+fn schedules_and_inbox() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/local/schedules",
+            post(routes::schedules::create).get(routes::schedules::list),
+        )
+        .route(
+            "/api/local/schedules/{id}",
+            get(routes::schedules::get)
+                .patch(routes::schedules::update)
+                .delete(routes::schedules::delete),
+        )
+        .route(
+            "/api/local/schedules/{id}/pause",
+            post(routes::schedules::pause),
+        )
+        .route(
+            "/api/local/schedules/{id}/resume",
+            post(routes::schedules::resume),
+        )
+        .route(
+            "/api/local/schedules/{id}/run",
+            post(routes::schedules::run_now),
+        )
+        .route(
+            "/api/local/schedules/{id}/runs",
+            get(routes::schedules::runs),
+        )
+        .route("/api/local/inbox", get(routes::inbox::list))
+        .route("/api/local/inbox/stream", get(routes::inbox::stream))
+        .route(
+            "/api/local/inbox/read-all",
+            post(routes::inbox::mark_all_read),
+        )
+        .route("/api/local/inbox/{id}/read", post(routes::inbox::mark_read))
+        .route("/api/local/activity", get(routes::inbox::activity))
 }
 
 /// Bind, announce the address, and serve until `shutdown`. Then the listener closes, SSE

@@ -22,6 +22,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// One live subscription per followed task, shared by its SSE clients.
     pub hubs: Arc<crate::fanout::Hubs>,
+    /// Who notifications are published for, shared by the inbox streams.
+    pub inbox_wakes: Arc<crate::routes::inbox::InboxWakes>,
 }
 
 impl AppState {
@@ -34,6 +36,7 @@ impl AppState {
             settings: Arc::new(settings),
             shutdown,
             hubs: Arc::default(),
+            inbox_wakes: Arc::default(),
         })
     }
 }

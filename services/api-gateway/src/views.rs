@@ -13,5 +13,14 @@ pub fn webhook(sub: Subscription, with_secret: bool) -> Webhook {
         event_types: sub.event_types,
         created_at: sub.created_at,
         secret: with_secret.then_some(sub.secret),
+        status: if sub.disabled_at.is_some() {
+            "disabled"
+        } else {
+            "active"
+        }
+        .to_owned(),
+        disabled_at: sub.disabled_at,
+        disabled_reason: sub.disabled_reason,
+        consecutive_failures: sub.consecutive_failures,
     }
 }

@@ -18,6 +18,8 @@ pub struct Settings {
     /// First retry delay of a failed delivery; doubled per attempt, with jitter.
     pub retry_base: Duration,
     pub retry_max: Duration,
+    /// Deliveries given up on in a row that disable a subscription.
+    pub webhook_disable_after: i32,
 }
 
 impl Settings {
@@ -29,6 +31,7 @@ impl Settings {
             webhook_max_attempts: env.parse("WEBHOOK_MAX_ATTEMPTS", 8)?,
             retry_base: env.millis("WEBHOOK_RETRY_BASE_MS", Duration::from_secs(2))?,
             retry_max: env.millis("WEBHOOK_RETRY_MAX_MS", Duration::from_secs(300))?,
+            webhook_disable_after: env.parse("WEBHOOK_DISABLE_AFTER", 5)?,
         })
     }
 }

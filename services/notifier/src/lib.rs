@@ -47,6 +47,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     });
     let hook_handler = Arc::new(webhooks::DeliveryHandler {
         pool: pool.clone(),
+        bus: bus.clone(),
+        disable_after: settings.webhook_disable_after,
         http: http.clone(),
         retry_base: settings.retry_base,
         retry_max: settings.retry_max,

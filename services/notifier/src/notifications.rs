@@ -112,6 +112,7 @@ impl JobStateHandler {
                 wait_reason: change.wait_reason,
                 required_actions: change.required_actions,
                 decision,
+                schedule_id: None,
             },
         };
         let recorded = maestro_db::webhooks::record_notification(&self.pool, &notification).await?;

@@ -9,7 +9,10 @@ use bytes::Bytes;
 use chrono::Utc;
 use maestro_db::PgPool;
 use maestro_db::webhooks::{Attempt, PendingDelivery};
+use maestro_domain::NotificationId;
+use maestro_domain::notification::{NotificationType, notice};
 use maestro_domain::webhook::{DeliveryStatus, WebhookSecret};
+use maestro_messaging::AfterCommit;
 use maestro_messaging::backoff::backoff;
 use maestro_messaging::payloads::WebhookDelivery;
 use maestro_messaging::{Delivery, Handler, Outcome};
@@ -18,6 +21,10 @@ use maestro_messaging::{Delivery, Handler, Outcome};
 #[derive(Debug)]
 pub struct DeliveryHandler {
     pub pool: PgPool,
+    /// To wake the relay after telling an owner a subscription was disabled.
+    pub bus: maestro_messaging::Bus,
+    /// Deliveries given up on in a row that disable a subscription.
+    pub disable_after: i32,
     pub http: reqwest::Client,
     pub retry_base: Duration,
     pub retry_max: Duration,
@@ -46,14 +53,23 @@ impl Handler for DeliveryHandler {
         } else {
             Attempt::Failed {
                 status_code: None,
-                error: "subscription deleted".to_owned(),
+                error: "subscription deleted or disabled".to_owned(),
                 give_up: true,
+                retry_after: None,
             }
         };
         let (attempt, outcome) = settle(attempt, delivery, self.retry_base, self.retry_max);
-        if let Err(e) = maestro_db::webhooks::record_attempt(&self.pool, pending.id, &attempt).await
-        {
-            tracing::warn!(error = %e, "cannot record a delivery attempt");
+        let recorded = maestro_db::webhooks::record_attempt(
+            &self.pool,
+            pending.id,
+            &attempt,
+            self.disable_after,
+        )
+        .await;
+        match recorded {
+            Ok(Some(disabled)) => self.disabled(disabled).await,
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot record a delivery attempt"),
         }
         outcome
     }
@@ -64,6 +80,28 @@ impl Handler for DeliveryHandler {
 }
 
 impl DeliveryHandler {
+    /// Tell the owner of a subscription its failures disabled it (`webhook.disabled`).
+    async fn disabled(&self, sub: maestro_db::webhooks::Disabled) {
+        tracing::warn!(webhook_id = %sub.id, url = %sub.url, failures = sub.failures, "webhook subscription disabled");
+        let id = NotificationId::new();
+        let data = serde_json::json!({
+            "webhook_id": sub.id,
+            "url": sub.url,
+            "consecutive_failures": sub.failures,
+            "reason": format!("{} deliveries in a row failed", sub.failures),
+        });
+        let kind = NotificationType::WebhookDisabled;
+        let payload = notice(kind, id, &sub.owner, Utc::now(), data);
+        let dedup = format!("webhook.disabled:{}:{}", sub.id, id);
+        let recorded =
+            maestro_db::webhooks::record_notice(&self.pool, id, &sub.owner, kind, &payload, &dedup)
+                .await;
+        match recorded {
+            Ok(_) => self.bus.after_commit(AfterCommit::events()).await,
+            Err(e) => tracing::error!(error = %e, "cannot tell the owner a webhook was disabled"),
+        }
+    }
+
     async fn send(&self, pending: &PendingDelivery) -> Attempt {
         let secret = match WebhookSecret::parse(&pending.secret) {
             Ok(secret) => secret,
@@ -72,6 +110,7 @@ impl DeliveryHandler {
                     status_code: None,
                     error: e.to_string(),
                     give_up: true,
+                    retry_after: None,
                 };
             }
         };
@@ -102,21 +141,26 @@ pub(crate) fn settle(
 ) -> (Attempt, Outcome) {
     let attempt = match attempt {
         Attempt::Failed {
-            status_code, error, ..
+            status_code,
+            error,
+            retry_after,
+            ..
         } if delivery.is_last_attempt() => Attempt::Failed {
             status_code,
             error,
             give_up: true,
+            retry_after,
         },
         other => other,
     };
     let outcome = match attempt {
         Attempt::Delivered { .. } | Attempt::Failed { give_up: true, .. } => Outcome::Done,
-        Attempt::Failed { .. } => Outcome::Retry(backoff(
+        // A receiver's Retry-After is honoured up to the longest backoff.
+        Attempt::Failed { retry_after, .. } => Outcome::Retry(backoff(
             delivery.attempt as i32,
             retry_base,
             retry_max,
-            None,
+            retry_after.map(|hint| hint.min(retry_max)),
         )),
     };
     (attempt, outcome)
@@ -145,20 +189,68 @@ pub(crate) async fn post(
         }
         Ok(response) => {
             let status = response.status().as_u16();
-            tracing::warn!(delivery_id = %id, status, "{what} refused");
+            let retry_after = retry_after(response.headers(), Utc::now());
+            tracing::warn!(delivery_id = %id, status, ?retry_after, "{what} refused");
             Attempt::Failed {
                 status_code: Some(i32::from(status)),
                 error: format!("HTTP {status}"),
                 give_up: false,
+                retry_after,
             }
         }
         Err(e) => {
-            tracing::warn!(delivery_id = %id, error = %e, "{what} not delivered");
+            let error = if e.is_timeout() {
+                format!("timed out: {e}")
+            } else {
+                e.to_string()
+            };
+            tracing::warn!(delivery_id = %id, %error, "{what} not delivered");
             Attempt::Failed {
                 status_code: None,
-                error: e.to_string(),
+                error,
                 give_up: false,
+                retry_after: None,
             }
         }
+    }
+}
+
+/// The wait a `Retry-After` header asks for: delay seconds, or an HTTP date.
+pub(crate) fn retry_after(
+    headers: &reqwest::header::HeaderMap,
+    now: chrono::DateTime<Utc>,
+) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    (at.with_timezone(&Utc) - now).to_std().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let now = Utc::now();
+        assert_eq!(retry_after(&headers, now), None);
+        headers.insert("retry-after", "7".parse().expect("header"));
+        assert_eq!(retry_after(&headers, now), Some(Duration::from_secs(7)));
+        let at = chrono::DateTime::parse_from_rfc2822("Tue, 01 Dec 2026 10:00:30 GMT")
+            .expect("date")
+            .with_timezone(&Utc);
+        let date = "Tue, 01 Dec 2026 10:00:30 GMT".parse().expect("header");
+        headers.insert("retry-after", date);
+        let now = at - chrono::TimeDelta::seconds(30);
+        assert_eq!(retry_after(&headers, now), Some(Duration::from_secs(30)));
+        headers.insert("retry-after", "soon".parse().expect("header"));
+        assert_eq!(retry_after(&headers, now), None);
     }
 }

@@ -20,6 +20,14 @@ pub struct Settings {
     pub redispatch_grace: Duration,
     /// Fallback poll of the subtask join when no wake-up arrives.
     pub join_poll: Duration,
+    /// Schedules fired per transaction.
+    pub schedule_batch: i64,
+    /// A fire taken later than this after its time counts as missed (downtime).
+    pub schedule_grace: Duration,
+    /// How often queued runs (overlap `queue`) are looked at while any wait.
+    pub schedule_queue_poll: Duration,
+    /// Attempts of each scheduled task's job (as the gateway's `JOB_MAX_ATTEMPTS`).
+    pub job_max_attempts: i32,
 }
 
 impl Settings {
@@ -31,6 +39,10 @@ impl Settings {
             redispatch_interval: env.millis("REDISPATCH_INTERVAL_MS", Duration::from_secs(5))?,
             redispatch_grace: env.millis("REDISPATCH_GRACE_MS", Duration::from_secs(30))?,
             join_poll: env.millis("SUBTASK_JOIN_POLL_MS", Duration::from_secs(2))?,
+            schedule_batch: env.parse("SCHEDULE_BATCH", 200)?,
+            schedule_grace: env.millis("SCHEDULE_MISFIRE_GRACE_MS", Duration::from_secs(60))?,
+            schedule_queue_poll: env.millis("SCHEDULE_QUEUE_POLL_MS", Duration::from_secs(1))?,
+            job_max_attempts: env.parse("JOB_MAX_ATTEMPTS", 5)?,
         })
     }
 }

@@ -1,9 +1,10 @@
-//! The scheduler: MAESTRO's timekeeper. It runs the outbox relay (the only publisher of
-//! events, notifications and webhook deliveries to JetStream), the subtask join (a parent
-//! waiting for its subtasks is queued again once they are over) and re-dispatches jobs that
-//! should be running but are not.
+//! The scheduler: MAESTRO's timekeeper. It fires schedules (cron tasks, `fire`), runs the
+//! outbox relay (the only publisher of events, notifications and webhook deliveries to
+//! JetStream), the subtask join (a parent waiting for its subtasks is queued again once they
+//! are over) and re-dispatches jobs that should be running but are not.
 
 pub mod config;
+pub mod fire;
 pub mod joiner;
 pub mod redispatch;
 pub mod relay;
@@ -31,6 +32,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         bus: bus.clone(),
         poll: settings.join_poll,
     };
+    let firer = fire::Firer {
+        pool: pool.clone(),
+        bus: bus.clone(),
+        batch: settings.schedule_batch,
+        grace: chrono::TimeDelta::from_std(settings.schedule_grace)?,
+        queue_poll: settings.schedule_queue_poll,
+        idle: std::time::Duration::from_secs(60),
+        max_attempts: settings.job_max_attempts,
+    };
     let redispatcher = redispatch::Redispatcher {
         pool,
         bus,
@@ -41,6 +51,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     tokio::join!(
         relay.run(shutdown.clone()),
         joiner.run(shutdown.clone()),
+        firer.run(shutdown.clone()),
         redispatcher.run(shutdown)
     );
     Ok(())

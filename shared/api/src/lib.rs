@@ -5,6 +5,8 @@
 
 mod action;
 mod error;
+mod inbox;
+mod schedule;
 mod task;
 mod webhook;
 
@@ -12,8 +14,12 @@ pub use action::{
     ActionList, DecideReply, DecideRequest, RequiredAction, TokenReply, TokenRequest,
 };
 pub use error::{ErrorBody, ErrorDetail};
+pub use inbox::{ActivityItem, ActivityPage, InboxItem, InboxPage, MarkAllRead, MarkedRead};
+pub use schedule::{
+    CreateSchedule, Schedule, SchedulePage, ScheduleRun, ScheduleRunPage, TaskTemplate,
+};
 pub use task::{
     CommentList, ContinueTask, CreateTask, EventPage, Links, NewComment, RoutedComment, RoutedTo,
     SubtaskList, Task, TaskPage, Transcript,
 };
-pub use webhook::{CreateWebhook, Webhook, WebhookList};
+pub use webhook::{CreateWebhook, DeliveryPage, Webhook, WebhookDeliveryView, WebhookList};

@@ -1,9 +1,9 @@
 //! Webhook subscriptions, the notification inbox and webhook deliveries.
 
 use chrono::{DateTime, Utc};
-use maestro_domain::notification::Notification;
+use maestro_domain::notification::{Notification, NotificationType};
 use maestro_domain::webhook::DeliveryStatus;
-use maestro_domain::{DeliveryId, Owner, WebhookId};
+use maestro_domain::{DeliveryId, NotificationId, Owner, WebhookId};
 use sqlx::PgPool;
 
 use crate::DbError;
@@ -16,6 +16,11 @@ pub struct Subscription {
     pub secret: String,
     pub event_types: Vec<String>,
     pub created_at: DateTime<Utc>,
+    /// Set when deliveries kept failing (see `record_attempt`).
+    pub disabled_at: Option<DateTime<Utc>>,
+    pub disabled_reason: Option<String>,
+    /// Deliveries given up on since the last one delivered.
+    pub consecutive_failures: i32,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -52,7 +57,9 @@ pub async fn create(pool: &PgPool, owner: &Owner, sub: &Subscription) -> Result<
 pub async fn list(pool: &PgPool, owner: &Owner) -> Result<Vec<Subscription>, DbError> {
     let rows = sqlx::query!(
         r#"
-        SELECT id, url, secret, event_types, created_at FROM webhook_subscriptions
+        SELECT id, url, secret, event_types, created_at, disabled_at, disabled_reason,
+               consecutive_failures
+          FROM webhook_subscriptions
          WHERE owner = $1 AND deleted_at IS NULL ORDER BY id
         "#,
         owner.as_str()
@@ -67,6 +74,9 @@ pub async fn list(pool: &PgPool, owner: &Owner) -> Result<Vec<Subscription>, DbE
             secret: r.secret,
             event_types: r.event_types,
             created_at: r.created_at,
+            disabled_at: r.disabled_at,
+            disabled_reason: r.disabled_reason,
+            consecutive_failures: r.consecutive_failures,
         })
         .collect())
 }
@@ -111,10 +121,15 @@ pub async fn record_notification(
     let row = sqlx::query!(
         r#"
         WITH t AS (
-            SELECT owner FROM tasks WHERE id = $3
+            SELECT owner, schedule_id FROM tasks WHERE id = $3
         ), n AS (
             INSERT INTO notifications (id, owner, kind, task_id, job_id, event_seq, payload)
-            SELECT $1, t.owner, $2, $3, $4, $5, jsonb_set($6, '{data,owner}', to_jsonb(t.owner))
+            SELECT $1, t.owner, $2, $3, $4, $5,
+                   jsonb_set($6, '{data,owner}', to_jsonb(t.owner))
+                   || CASE WHEN t.schedule_id IS NULL THEN '{}'::jsonb
+                      ELSE jsonb_build_object('data', ($6 -> 'data')
+                           || jsonb_build_object('owner', t.owner, 'schedule_id', t.schedule_id))
+                      END
               FROM t
             ON CONFLICT (task_id, event_seq) DO NOTHING
             RETURNING id, owner, payload
@@ -122,7 +137,8 @@ pub async fn record_notification(
             INSERT INTO webhook_deliveries (id, subscription_id, notification_id, status)
             SELECT gen_random_uuid(), s.id, n.id, 'pending'
               FROM n JOIN webhook_subscriptions s
-                ON s.owner = n.owner AND s.deleted_at IS NULL AND $2 = ANY (s.event_types)
+                ON s.owner = n.owner AND s.deleted_at IS NULL AND s.disabled_at IS NULL
+               AND $2 = ANY (s.event_types)
             RETURNING id
         ), o AS (
             INSERT INTO outbox (topic, kind, msg_id, payload)
@@ -179,7 +195,8 @@ pub async fn load_delivery(
 ) -> Result<Option<PendingDelivery>, DbError> {
     let row = sqlx::query!(
         r#"
-        SELECT d.id, d.status, d.attempts, s.url, s.secret, s.deleted_at IS NULL AS "active!",
+        SELECT d.id, d.status, d.attempts, s.url, s.secret,
+               s.deleted_at IS NULL AND s.disabled_at IS NULL AS "active!",
                n.id AS notification_id, n.payload
           FROM webhook_deliveries d
           JOIN webhook_subscriptions s ON s.id = d.subscription_id
@@ -217,6 +234,8 @@ pub enum Attempt {
         status_code: Option<i32>,
         error: String,
         give_up: bool,
+        /// How long the receiver asked to wait (`Retry-After`).
+        retry_after: Option<std::time::Duration>,
     },
 }
 
@@ -231,6 +250,7 @@ impl Attempt {
                 status_code,
                 error,
                 give_up,
+                ..
             } => (
                 if *give_up {
                     DeliveryStatus::Failed
@@ -244,27 +264,221 @@ impl Attempt {
     }
 }
 
-/// Record an attempt; only a pending delivery changes.
+/// A subscription an attempt disabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disabled {
+    pub id: WebhookId,
+    pub owner: String,
+    pub url: String,
+    pub failures: i32,
+}
+
+/// Record an attempt (only a pending delivery changes). A delivery given up on counts
+/// against its subscription, one delivered resets the count; the subscription is disabled
+/// when `disable_after` deliveries in a row were given up on, and then returned.
 pub async fn record_attempt(
     pool: &PgPool,
     id: DeliveryId,
     attempt: &Attempt,
-) -> Result<(), DbError> {
+    disable_after: i32,
+) -> Result<Option<Disabled>, DbError> {
     let (status, code, error) = attempt.columns();
-    sqlx::query!(
+    let row = sqlx::query!(
         r#"
-        UPDATE webhook_deliveries
-           SET status = $2, attempts = attempts + 1, last_status_code = $3,
-               last_error = $4,
-               delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
-         WHERE id = $1 AND status = 'pending'
+        WITH d AS (
+            UPDATE webhook_deliveries
+               SET status = $2, attempts = attempts + 1, last_status_code = $3,
+                   last_error = $4, updated_at = now(),
+                   delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
+             WHERE id = $1 AND status = 'pending'
+         RETURNING subscription_id, status
+        )
+        UPDATE webhook_subscriptions s
+           SET consecutive_failures = CASE WHEN d.status = 'delivered' THEN 0
+                                           ELSE s.consecutive_failures + 1 END,
+               disabled_at = CASE WHEN d.status = 'failed' AND s.disabled_at IS NULL
+                                       AND s.deleted_at IS NULL
+                                       AND s.consecutive_failures + 1 >= $5
+                                  THEN now() ELSE s.disabled_at END,
+               disabled_reason = CASE WHEN d.status = 'failed' AND s.disabled_at IS NULL
+                                           AND s.deleted_at IS NULL
+                                           AND s.consecutive_failures + 1 >= $5
+                                      THEN format('%s deliveries in a row failed; the last: %s',
+                                                  s.consecutive_failures + 1, $4)
+                                      ELSE s.disabled_reason END
+          FROM d
+         WHERE s.id = d.subscription_id AND d.status IN ('delivered', 'failed')
+     RETURNING s.id, s.owner, s.url, s.consecutive_failures,
+               s.disabled_at IS NOT NULL AND s.disabled_at = now() AS "disabled_now!"
         "#,
         id.0,
         status.as_str(),
         code,
-        error
+        error,
+        disable_after,
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.filter(|r| r.disabled_now).map(|r| Disabled {
+        id: WebhookId(r.id),
+        owner: r.owner,
+        url: r.url,
+        failures: r.consecutive_failures,
+    }))
+}
+
+/// Record a notification that is not about a task event (`webhook.disabled`,
+/// `schedule.*`): inbox row, deliveries, outbox rows; once per `dedup`. `false` if it was
+/// already recorded.
+pub async fn record_notice(
+    pool: &PgPool,
+    id: NotificationId,
+    owner: &str,
+    kind: NotificationType,
+    payload: &serde_json::Value,
+    dedup: &str,
+) -> Result<bool, DbError> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT record_notice($1, $2, $3, $4, $5) AS "created!""#,
+        id.0,
+        owner,
+        kind.as_str(),
+        payload,
+        dedup
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Enable a disabled subscription again (its failure count starts over); `false` if the
+/// owner has no such subscription.
+pub async fn enable(pool: &PgPool, owner: &Owner, id: WebhookId) -> Result<bool, DbError> {
+    let done = sqlx::query!(
+        r#"
+        UPDATE webhook_subscriptions
+           SET disabled_at = NULL, disabled_reason = NULL, consecutive_failures = 0
+         WHERE id = $1 AND owner = $2 AND deleted_at IS NULL
+        "#,
+        id.0,
+        owner.as_str()
     )
     .execute(pool)
     .await?;
-    Ok(())
+    Ok(done.rows_affected() == 1)
+}
+
+/// One delivery of a subscription, as its owner sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRecord {
+    pub id: DeliveryId,
+    pub notification_id: NotificationId,
+    pub kind: String,
+    pub task_id: Option<uuid::Uuid>,
+    pub status: DeliveryStatus,
+    pub attempts: i32,
+    pub redeliveries: i32,
+    pub last_status_code: Option<i32>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+/// A page of a subscription's deliveries, newest first, strictly older than `before`;
+/// `None` if the owner has no such subscription.
+pub async fn deliveries(
+    pool: &PgPool,
+    owner: &Owner,
+    id: WebhookId,
+    status: Option<DeliveryStatus>,
+    before: Option<DeliveryId>,
+    limit: i64,
+) -> Result<Option<Vec<DeliveryRecord>>, DbError> {
+    let owned = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE id = $1 AND owner = $2) AS "owned!""#,
+        id.0,
+        owner.as_str()
+    )
+    .fetch_one(pool)
+    .await?;
+    if !owned {
+        return Ok(None);
+    }
+    let rows = sqlx::query!(
+        r#"
+        SELECT d.id, d.notification_id, n.kind, n.task_id, d.status, d.attempts, d.redeliveries,
+               d.last_status_code, d.last_error, d.created_at, d.updated_at, d.delivered_at
+          FROM webhook_deliveries d JOIN notifications n ON n.id = d.notification_id
+         WHERE d.subscription_id = $1
+           AND ($2::text IS NULL OR d.status = $2)
+           AND ($3::uuid IS NULL OR d.id < $3)
+         ORDER BY d.id DESC
+         LIMIT $4
+        "#,
+        id.0,
+        status.map(DeliveryStatus::as_str),
+        before.map(|d| d.0),
+        limit
+    )
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(DeliveryRecord {
+                id: DeliveryId(r.id),
+                notification_id: NotificationId(r.notification_id),
+                kind: r.kind,
+                task_id: r.task_id,
+                status: DeliveryStatus::parse(&r.status).ok_or_else(|| {
+                    DbError::corrupt(format!("unknown delivery status {:?}", r.status))
+                })?,
+                attempts: r.attempts,
+                redeliveries: r.redeliveries,
+                last_status_code: r.last_status_code,
+                last_error: r.last_error,
+                created_at: r.created_at,
+                updated_at: r.updated_at,
+                delivered_at: r.delivered_at,
+            })
+        })
+        .collect::<Result<Vec<_>, DbError>>()
+        .map(Some)
+}
+
+/// Queue a delivery of the owner's subscription again, whatever became of it (a new message
+/// with a fresh attempt budget); `None` if there is no such delivery, `Some(false)` if it is
+/// still pending (it is being attempted).
+pub async fn redeliver(
+    pool: &PgPool,
+    owner: &Owner,
+    webhook: WebhookId,
+    id: DeliveryId,
+) -> Result<Option<bool>, DbError> {
+    let row = sqlx::query!(
+        r#"
+        WITH target AS (
+            SELECT d.id, d.status, d.redeliveries FROM webhook_deliveries d
+              JOIN webhook_subscriptions s ON s.id = d.subscription_id
+             WHERE d.id = $1 AND s.id = $2 AND s.owner = $3
+               FOR UPDATE OF d
+        ), again AS (
+            UPDATE webhook_deliveries d
+               SET status = 'pending', redeliveries = d.redeliveries + 1, updated_at = now()
+              FROM target WHERE d.id = target.id AND target.status <> 'pending'
+         RETURNING d.id, d.redeliveries
+        ), o AS (
+            INSERT INTO outbox (topic, kind, msg_id, payload)
+            SELECT 'webhook_delivery', NULL, 'delivery:' || id || ':' || redeliveries,
+                   jsonb_build_object('delivery_id', id)
+              FROM again
+        )
+        SELECT (SELECT count(*) FROM target) AS "found!", (SELECT count(*) FROM again) AS "queued!"
+        "#,
+        id.0,
+        webhook.0,
+        owner.as_str()
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.found > 0).then_some(row.queued > 0))
 }

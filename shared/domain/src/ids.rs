@@ -134,3 +134,7 @@ mod tests {
         assert_eq!(Owner::parse(&"x".repeat(129)), Err(InvalidOwner));
     }
 }
+uuid_id!(
+    /// A schedule: a cron expression that fires tasks from a template.
+    ScheduleId
+);

@@ -13,6 +13,7 @@ pub mod notification;
 pub mod piece;
 pub mod policy;
 pub mod replay;
+pub mod schedule;
 pub mod storable;
 pub mod stream_id;
 pub mod task;
@@ -26,7 +27,7 @@ pub use event::{
     DecisionEvent, Event, EventBody, EventKind, JobStateChange, MessageEvent, MovementEvent,
     RedispatchEvent, RewriteEvent, ToolCallEvent, ToolResultEvent,
 };
-pub use ids::{ActionId, DeliveryId, JobId, NotificationId, Owner, TaskId, WebhookId};
+pub use ids::{ActionId, DeliveryId, JobId, NotificationId, Owner, ScheduleId, TaskId, WebhookId};
 pub use job::{JobRecord, JobStatus, WaitReason};
 pub use message::{Message, Role, ToolCall, Usage};
 pub use stream_id::StreamId;

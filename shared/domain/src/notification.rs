@@ -6,7 +6,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{JobId, NotificationId, TaskId};
+use crate::ids::{JobId, NotificationId, ScheduleId, TaskId};
 use crate::job::{JobStatus, WaitReason};
 
 /// The type of a notification; webhook subscriptions filter on it.
@@ -23,15 +23,27 @@ pub enum NotificationType {
     /// A person answered or decided an item a paused job waited for.
     #[serde(rename = "task.decided")]
     TaskDecided,
+    /// Fire times of a schedule passed while no scheduler ran.
+    #[serde(rename = "schedule.missed")]
+    ScheduleMissed,
+    /// A schedule could not start a run and paused itself.
+    #[serde(rename = "schedule.failed")]
+    ScheduleFailed,
+    /// A webhook subscription kept failing and was disabled.
+    #[serde(rename = "webhook.disabled")]
+    WebhookDisabled,
 }
 
 impl NotificationType {
-    pub const ALL: [NotificationType; 5] = [
+    pub const ALL: [NotificationType; 8] = [
         NotificationType::TaskSucceeded,
         NotificationType::TaskFailed,
         NotificationType::TaskCancelled,
         NotificationType::TaskWaitingHuman,
         NotificationType::TaskDecided,
+        NotificationType::ScheduleMissed,
+        NotificationType::ScheduleFailed,
+        NotificationType::WebhookDisabled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +53,9 @@ impl NotificationType {
             NotificationType::TaskCancelled => "task.cancelled",
             NotificationType::TaskWaitingHuman => "task.waiting_human",
             NotificationType::TaskDecided => "task.decided",
+            NotificationType::ScheduleMissed => "schedule.missed",
+            NotificationType::ScheduleFailed => "schedule.failed",
+            NotificationType::WebhookDisabled => "webhook.disabled",
         }
     }
 
@@ -98,6 +113,26 @@ pub struct NotificationData {
     /// For `task.decided`: the decision (as its `decision` event's payload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<serde_json::Value>,
+    /// The schedule whose run the task is, if it is one (filled in from the task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<ScheduleId>,
+}
+
+/// A notification about something other than a task event (`schedule.*`,
+/// `webhook.disabled`), in the same `{type, timestamp, data}` shape: `data` holds
+/// `notification_id`, `owner` and what the type tells.
+pub fn notice(
+    kind: NotificationType,
+    id: NotificationId,
+    owner: &str,
+    timestamp: DateTime<Utc>,
+    mut data: serde_json::Value,
+) -> serde_json::Value {
+    if let Some(fields) = data.as_object_mut() {
+        fields.insert("notification_id".to_owned(), serde_json::json!(id));
+        fields.insert("owner".to_owned(), serde_json::json!(owner));
+    }
+    serde_json::json!({"type": kind, "timestamp": timestamp, "data": data})
 }
 
 #[cfg(test)]

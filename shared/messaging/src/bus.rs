@@ -32,6 +32,7 @@ pub struct AfterCommit {
     outbox: bool,
     dispatch: Vec<(String, JobDispatch)>,
     joiner: bool,
+    schedules: bool,
     stop: Vec<JobId>,
     interjections: Vec<JobId>,
 }
@@ -68,6 +69,12 @@ impl AfterCommit {
         self
     }
 
+    /// A schedule was created or changed: the schedulers look at their next due time again.
+    pub fn wake_schedulers(mut self) -> Self {
+        self.schedules = true;
+        self
+    }
+
     /// The job was cancelled: its worker stops, and the tool-runners kill its tools.
     pub fn stop(mut self, job_id: JobId) -> Self {
         self.stop.push(job_id);
@@ -85,6 +92,7 @@ impl AfterCommit {
         self.outbox |= other.outbox;
         self.dispatch.extend(other.dispatch);
         self.joiner |= other.joiner;
+        self.schedules |= other.schedules;
         self.stop.extend(other.stop);
         self.interjections.extend(other.interjections);
         self
@@ -121,6 +129,14 @@ impl Bus {
                 self.subjects.subtasks_wake(),
                 Bytes::new(),
                 "the subtask join",
+            )
+            .await;
+        }
+        if after.schedules {
+            self.signal(
+                self.subjects.schedules_wake(),
+                Bytes::new(),
+                "the schedulers",
             )
             .await;
         }

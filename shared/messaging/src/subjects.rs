@@ -152,6 +152,12 @@ impl Subjects {
         format!("{}.subtasks.wake", self.prefix)
     }
 
+    /// `<p>.schedules.wake` (core NATS): a schedule was created or changed; the schedulers
+    /// look again at when the next one is due.
+    pub fn schedules_wake(&self) -> String {
+        format!("{}.schedules.wake", self.prefix)
+    }
+
     /// `<p>.tools.cancel`: `{"job_id": ...}` stops every tool call of the job.
     pub fn tools_cancel(&self) -> String {
         format!("{}.tools.cancel", self.prefix)

@@ -15,12 +15,14 @@
 //! `maestro-bench continue [--tasks N] [--turns T] [--upstream URL] [--background BYTES]` the
 //! prompt cache a same-piece Continue keeps (`continues.rs`), `maestro-bench a2a [--tasks N]
 //! [--concurrency C] [--chunks N]` A2A's send→completed latency and stream events/s next to the
-//! REST API's (`a2a.rs`).
+//! REST API's (`a2a.rs`), `maestro-bench schedules [--schedules N] [--schedulers K] [--batch B]`
+//! how fast N schedules due at the same minute are fired (`schedules.rs`).
 
 mod a2a;
 mod continues;
 mod iterations;
 mod latency;
+mod schedules;
 mod sse;
 mod subtasks;
 mod tools;
@@ -91,6 +93,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("continue") {
         return continues::run(continues::parse(std::env::args().skip(2))?).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("schedules") {
+        return schedules::run(schedules::parse(std::env::args().skip(2))?).await;
     }
     if std::env::args().nth(1).as_deref() == Some("iterations") {
         return iterations::run(iterations::parse(std::env::args().skip(2))?).await;

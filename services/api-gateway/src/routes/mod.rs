@@ -7,6 +7,8 @@ pub mod continues;
 pub mod files;
 pub mod health;
 pub mod history;
+pub mod inbox;
+pub mod schedules;
 pub mod stream;
 pub mod tasks;
 pub mod webhooks;
@@ -34,4 +36,32 @@ pub async fn owned_task(state: &AppState, owner: &Owner, raw: &str) -> Result<Ta
     } else {
         Err(ApiError::NotFound("task"))
     }
+}
+
+/// A query string as `T`, or a 400 saying what is wrong with it.
+pub fn query<T>(
+    parsed: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    parsed
+        .map(|axum::extract::Query(q)| q)
+        .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+}
+
+/// A page size: 20 when absent, 1 to 100.
+pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(20);
+    if (1..=100).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::bad_request("invalid_query", "limit is 1 to 100"))
+    }
+}
+
+/// A `before` cursor of the query string, parsed as `T` (`what` names it in the 400).
+pub fn before<T: std::str::FromStr>(raw: Option<&str>, what: &str) -> Result<Option<T>, ApiError> {
+    raw.map(|raw| {
+        raw.parse()
+            .map_err(|_| ApiError::bad_request("invalid_query", format!("before is {what}")))
+    })
+    .transpose()
 }

@@ -2,16 +2,19 @@
 //! Webhooks with the subscription's secret, which is shown only in the creating response.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::Utc;
-use maestro_api::{CreateWebhook, Webhook, WebhookList};
+use maestro_api::{CreateWebhook, DeliveryPage, Webhook, WebhookDeliveryView, WebhookList};
 use maestro_db::webhooks::Subscription;
-use maestro_domain::WebhookId;
 use maestro_domain::notification::NotificationType;
+use maestro_domain::webhook::DeliveryStatus;
 use maestro_domain::webhook::WebhookSecret;
+use maestro_domain::{DeliveryId, WebhookId};
+use maestro_messaging::AfterCommit;
+use serde::Deserialize;
 
-use super::parse_id;
+use super::{before, page_limit, parse_id, query};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -62,6 +65,9 @@ pub async fn create(
         secret: secret.expose(),
         event_types,
         created_at: Utc::now(),
+        disabled_at: None,
+        disabled_reason: None,
+        consecutive_failures: 0,
     };
     maestro_db::webhooks::create(&state.pool, &owner, &sub).await?;
     tracing::info!(webhook_id = %sub.id, url = %sub.url, "webhook subscription created");
@@ -90,5 +96,103 @@ pub async fn delete(
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound("webhook"))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveriesQuery {
+    #[serde(default)]
+    limit: Option<i64>,
+    #[serde(default)]
+    before: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// `GET /api/webhooks/{id}/deliveries?status=&limit=&before=`: newest first; `failed` ones
+/// are the dead letters.
+pub async fn deliveries(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+    q: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<DeliveryPage>, ApiError> {
+    let q = query(q)?;
+    let id: WebhookId = parse_id(&id, "webhook")?;
+    let limit = page_limit(q.limit)?;
+    let before = before::<DeliveryId>(q.before.as_deref(), "a delivery id")?;
+    let status = q
+        .status
+        .map(|raw| {
+            DeliveryStatus::parse(&raw).ok_or_else(|| {
+                ApiError::bad_request("invalid_query", "status is pending, delivered or failed")
+            })
+        })
+        .transpose()?;
+    let found = maestro_db::webhooks::deliveries(&state.pool, &owner, id, status, before, limit)
+        .await?
+        .ok_or(ApiError::NotFound("webhook"))?;
+    let next_before = (found.len() as i64 == limit)
+        .then(|| found.last().map(|d| d.id))
+        .flatten();
+    Ok(Json(DeliveryPage {
+        deliveries: found.into_iter().map(delivery_view).collect(),
+        next_before,
+    }))
+}
+
+/// `POST /api/webhooks/{id}/deliveries/{delivery_id}/redeliver`: send a delivery again (a
+/// failed one, or a delivered one the receiver lost), with a fresh attempt budget.
+pub async fn redeliver(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path((id, delivery_id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let id: WebhookId = parse_id(&id, "webhook")?;
+    let delivery_id: DeliveryId = parse_id(&delivery_id, "delivery")?;
+    match maestro_db::webhooks::redeliver(&state.pool, &owner, id, delivery_id).await? {
+        None => Err(ApiError::NotFound("delivery")),
+        Some(false) => Err(ApiError::Conflict {
+            code: "delivery_pending",
+            message: "the delivery is still being attempted".to_owned(),
+        }),
+        Some(true) => {
+            tracing::info!(webhook_id = %id, %delivery_id, "delivery queued again by hand");
+            state.bus.after_commit(AfterCommit::events()).await;
+            Ok(StatusCode::ACCEPTED)
+        }
+    }
+}
+
+/// `POST /api/webhooks/{id}/enable`: a disabled subscription receives again (deliveries
+/// that failed meanwhile stay failed; redeliver them by hand).
+pub async fn enable(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id: WebhookId = parse_id(&id, "webhook")?;
+    if maestro_db::webhooks::enable(&state.pool, &owner, id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("webhook"))
+    }
+}
+
+fn delivery_view(d: maestro_db::webhooks::DeliveryRecord) -> WebhookDeliveryView {
+    WebhookDeliveryView {
+        id: d.id,
+        notification_id: d.notification_id,
+        kind: d.kind,
+        task_id: d.task_id,
+        status: d.status,
+        attempts: d.attempts,
+        redeliveries: d.redeliveries,
+        last_status_code: d.last_status_code,
+        last_error: d.last_error,
+        created_at: d.created_at,
+        updated_at: d.updated_at,
+        delivered_at: d.delivered_at,
     }
 }
