@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use futures::{FutureExt as _, StreamExt as _};
 use maestro_db::PgPool;
 use maestro_db::schedules::{self, Advance, Due, NewRun, Started};
 use maestro_domain::notification::{NotificationType, notice};
@@ -38,38 +37,11 @@ impl Firer {
     /// Fire until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let subject = self.bus.subjects.schedules_wake();
-        let mut wakes = match self.bus.nats.subscribe(subject).await {
-            Ok(wakes) => Some(wakes),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot subscribe to schedule wake-ups; polling");
-                None
-            }
-        };
-        while !shutdown.is_cancelled() {
-            if let Some(wakes) = wakes.as_mut() {
-                while let Some(Some(_)) = wakes.next().now_or_never() {}
-            }
-            let sleep = match self.round().await {
-                Ok(sleep) => sleep,
-                Err(e) => {
-                    tracing::warn!(error = %e, "firing schedules failed; retrying");
-                    Duration::from_millis(500)
-                }
-            };
-            let woken = async {
-                match wakes.as_mut() {
-                    Some(wakes) => {
-                        wakes.next().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep(sleep) => {}
-                _ = shutdown.cancelled() => {}
-            }
-        }
+        let nats = self.bus.nats.clone();
+        crate::wake::run_timed(&nats, subject, shutdown, "firing schedules", || {
+            self.round()
+        })
+        .await;
     }
 
     /// Fire what is due and start queued runs that may; returns how long to sleep.

@@ -21,6 +21,34 @@ pub async fn run<F, Fut>(
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<usize>>,
 {
+    let timed = || {
+        let done = work();
+        async move {
+            match done.await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(n, "{what} done"),
+                Err(e) => return Err(e),
+            }
+            Ok(poll)
+        }
+    };
+    run_timed(nats, subject, shutdown, what, timed).await;
+    // Once more, so what was committed before the signal is not left for the next start.
+    let _ = work().await;
+}
+
+/// Run `work` now, on every wake-up on `subject`, and after the time each run returns, until
+/// `shutdown`. A failed run is retried after half a second.
+pub async fn run_timed<F, Fut>(
+    nats: &async_nats::Client,
+    subject: String,
+    shutdown: CancellationToken,
+    what: &str,
+    mut work: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Duration>>,
+{
     let mut wakes = match nats.subscribe(subject).await {
         Ok(wakes) => Some(wakes),
         Err(e) => {
@@ -32,15 +60,13 @@ pub async fn run<F, Fut>(
         if let Some(wakes) = wakes.as_mut() {
             while let Some(Some(_)) = wakes.next().now_or_never() {}
         }
-        match work().await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(n, "{what} done"),
+        let sleep = match work().await {
+            Ok(sleep) => sleep,
             Err(e) => {
                 tracing::warn!(error = %e, "{what} failed; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
+                Duration::from_millis(500)
             }
-        }
+        };
         let woken = async {
             match wakes.as_mut() {
                 Some(wakes) => {
@@ -51,10 +77,8 @@ pub async fn run<F, Fut>(
         };
         tokio::select! {
             _ = woken => {}
-            _ = tokio::time::sleep(poll) => {}
+            _ = tokio::time::sleep(sleep) => {}
             _ = shutdown.cancelled() => {}
         }
     }
-    // Once more, so what was committed before the signal is not left for the next start.
-    let _ = work().await;
 }

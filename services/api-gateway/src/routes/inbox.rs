@@ -22,7 +22,7 @@ use maestro_domain::{NotificationId, Owner, ScheduleId, TaskId};
 use serde::Deserialize;
 use tokio::sync::{OnceCell, broadcast, mpsc};
 
-use super::{before, page_limit, parse_id, query};
+use super::{PageQuery, before, page_limit, parse_id, query};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -293,20 +293,11 @@ fn item_view(item: inbox::Item) -> InboxItem {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ActivityQuery {
-    #[serde(default)]
-    limit: Option<i64>,
-    #[serde(default)]
-    before: Option<String>,
-}
-
 /// `GET /api/local/activity?limit=&before=`: the caller's task-level events, newest first.
 pub async fn activity(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    q: Result<Query<ActivityQuery>, axum::extract::rejection::QueryRejection>,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ActivityPage>, ApiError> {
     let q = query(q)?;
     let limit = page_limit(q.limit)?;

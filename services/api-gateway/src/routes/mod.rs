@@ -47,6 +47,16 @@ pub fn query<T>(
         .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
 }
 
+/// `?limit=&before=` of a listing.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    #[serde(default)]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub before: Option<String>,
+}
+
 /// A page size: 20 when absent, 1 to 100.
 pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     let limit = limit.unwrap_or(20);

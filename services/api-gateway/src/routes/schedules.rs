@@ -14,9 +14,8 @@ use maestro_db::schedules::{self, NewRun, Schedule};
 use maestro_domain::schedule::{CronSpec, RunStatus, Timing};
 use maestro_domain::{Owner, ScheduleId};
 use maestro_messaging::AfterCommit;
-use serde::Deserialize;
 
-use super::{before, page_limit, parse_id, query};
+use super::{PageQuery, before, page_limit, parse_id, query};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -141,15 +140,6 @@ pub async fn delete(
     } else {
         Err(ApiError::NotFound("schedule"))
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PageQuery {
-    #[serde(default)]
-    limit: Option<i64>,
-    #[serde(default)]
-    before: Option<String>,
 }
 
 /// `GET /api/local/schedules?limit=&before=`: newest first.

@@ -9,9 +9,8 @@ use maestro_db::tasks::NewTask;
 use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{JobId, Owner, TaskId};
 use maestro_messaging::AfterCommit;
-use serde::Deserialize;
 
-use super::parse_id;
+use super::{PageQuery, parse_id};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -130,33 +129,15 @@ pub async fn get(
     Ok(Json(Task::new(task)))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    #[serde(default)]
-    limit: Option<i64>,
-    #[serde(default)]
-    before: Option<String>,
-}
-
 /// `GET /api/local/tasks?limit=&before=`: the caller's tasks, newest first.
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<TaskPage>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    let limit = query.limit.unwrap_or(20);
-    if !(1..=100).contains(&limit) {
-        return Err(ApiError::bad_request("invalid_query", "limit is 1 to 100"));
-    }
-    let before = match query.before.as_deref() {
-        None => None,
-        Some(raw) => Some(
-            raw.parse::<TaskId>()
-                .map_err(|_| ApiError::bad_request("invalid_query", "before is a task id"))?,
-        ),
-    };
+    let query = super::query(query)?;
+    let limit = super::page_limit(query.limit)?;
+    let before = super::before::<TaskId>(query.before.as_deref(), "a task id")?;
     let tasks = maestro_db::tasks::list(&state.pool, &owner, before, limit).await?;
     let next_before = if tasks.len() as i64 == limit {
         tasks.last().map(|t| t.id)
