@@ -404,7 +404,7 @@ async fn webhook_subscriptions_are_validated_private_and_deletable() {
     );
     assert_eq!(
         created.1["event_types"].as_array().map(Vec::len),
-        Some(5),
+        Some(maestro_domain::notification::NotificationType::ALL.len()),
         "all types by default"
     );
     let id = created.1["id"].as_str().expect("id").to_owned();
