@@ -68,14 +68,14 @@ impl CronSpec {
         self.tz
     }
 
-    /// The first fire time strictly after `t`.
+    /// The first fire time strictly after `t`. Fire times are whole seconds.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.find(t, false)
+        self.find(whole_second(t, false), false)
     }
 
     /// The first fire time at `t` or after.
     pub fn at_or_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.find(t, true)
+        self.find(whole_second(t, true), true)
     }
 
     fn find(&self, t: DateTime<Utc>, inclusive: bool) -> Option<DateTime<Utc>> {
@@ -86,7 +86,7 @@ impl CronSpec {
 
     /// The last fire time at `t` or before.
     pub fn at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let local = t.with_timezone(&self.tz);
+        let local = whole_second(t, false).with_timezone(&self.tz);
         let previous = self.cron.find_previous_occurrence(&local, true).ok()?;
         Some(previous.with_timezone(&Utc))
     }
@@ -94,6 +94,17 @@ impl CronSpec {
     /// What the expression means, in English ("At 09:00 on Monday").
     pub fn describe(&self) -> String {
         self.cron.describe()
+    }
+}
+
+/// `t` without its fraction of a second, rounded down, or up with `up` (`croner` keeps the
+/// fraction of the time it starts from in the times it finds).
+fn whole_second(t: DateTime<Utc>, up: bool) -> DateTime<Utc> {
+    let floor = t - TimeDelta::nanoseconds(i64::from(t.timestamp_subsec_nanos()));
+    if up && floor < t {
+        floor + TimeDelta::seconds(1)
+    } else {
+        floor
     }
 }
 
@@ -308,6 +319,19 @@ mod tests {
         assert_eq!(
             every_minute.next_after(utc("2026-12-01T10:00:30Z")),
             Some(utc("2026-12-01T10:01:00Z"))
+        );
+        assert_eq!(
+            every_minute.next_after(utc("2026-12-01T10:00:30.381Z")),
+            Some(utc("2026-12-01T10:01:00Z")),
+            "fire times are whole seconds, whatever the time they are found from"
+        );
+        assert_eq!(
+            every_minute.at_or_after(utc("2026-12-01T10:00:00.5Z")),
+            Some(utc("2026-12-01T10:01:00Z"))
+        );
+        assert_eq!(
+            every_minute.at_or_before(utc("2026-12-01T10:00:00.5Z")),
+            Some(utc("2026-12-01T10:00:00Z"))
         );
         let every_second = CronSpec::parse("* * * * * *", "UTC").expect("6 fields");
         assert_eq!(
