@@ -177,6 +177,12 @@ pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyho
             tracing::error!(error = %e, "A2A over NATS stopped");
         }
     });
+    let signals = crate::signals::serve(state.clone());
+    tokio::spawn(async move {
+        if let Err(e) = signals.await {
+            tracing::error!(error = %e, "signal requests over NATS stopped");
+        }
+    });
     tracing::info!(%addr, "api-gateway listening");
     maestro_runtime::announce_ready("api-gateway", Some(addr));
     // Small writes (SSE events, short answers) go out at once: without TCP_NODELAY, Nagle's

@@ -11,6 +11,7 @@ pub mod fanout;
 pub mod json;
 pub mod routes;
 pub mod routing;
+pub mod signals;
 pub mod state;
 pub mod stream;
 pub mod usecases;

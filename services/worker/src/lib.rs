@@ -62,11 +62,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let policy = Arc::new(settings.policy.clone());
     let catalog = Arc::new(settings.catalog.clone());
     let signals = signals::Signals::default();
-    tokio::spawn(
-        signals
-            .clone()
-            .listen(bus.nats.clone(), bus.subjects.clone(), shutdown.clone()),
-    );
+    tokio::spawn(signals.clone().listen(bus.clone(), shutdown.clone()));
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         bus,

@@ -1,15 +1,21 @@
-//! Wake-ups for running jobs (`<prefix>.jobs.<job_id>.control`): an interjection to deliver,
-//! or a cancellation to obey at once. One subscription per worker; jobs register while they
-//! run. Signals are best effort: what they announce is committed, and jobs look on their own.
+//! Signals for running jobs (`<prefix>.signals.<task_id>.<kind>`, stream `<P>_SIGNALS`): a
+//! comment to deliver, or a cancellation to obey at once. One ordered JetStream consumer per
+//! worker; jobs register while they run. What a signal announces is committed before it is
+//! published (it comes from the outbox), and jobs look on their own too.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use async_nats::jetstream::consumer;
 use futures::StreamExt;
 use maestro_domain::JobId;
-use maestro_messaging::Subjects;
-use maestro_messaging::payloads::JobControl;
+use maestro_domain::topic::SignalKind;
+use maestro_messaging::Bus;
+use maestro_messaging::payloads::Signal;
+use maestro_messaging::setup::SIGNALS;
 use tokio_util::sync::CancellationToken;
 
 /// What a running job listens to.
@@ -37,45 +43,70 @@ impl Signals {
         }
     }
 
-    fn deliver(&self, job_id: JobId, control: JobControl) {
+    fn deliver(&self, signal: &Signal) {
         let jobs = self.jobs.lock().expect("lock");
-        let Some(job) = jobs.get(&job_id) else { return };
-        match control {
-            JobControl::Interjection => job.interjections.store(true, Ordering::SeqCst),
-            JobControl::Cancel => {
-                tracing::info!(%job_id, "the job was cancelled; stopping");
+        let Some(job) = jobs.get(&signal.job_id) else {
+            return;
+        };
+        match signal.kind {
+            SignalKind::Comment => job.interjections.store(true, Ordering::SeqCst),
+            SignalKind::Cancel => {
+                tracing::info!(job_id = %signal.job_id, "the job was cancelled; stopping");
                 job.stop.cancel();
             }
+            // A decision is for a paused job, which no worker runs: it is dispatched again.
+            SignalKind::Decision => {}
         }
     }
 
-    /// Listen until `shutdown`.
-    pub async fn listen(
-        self,
-        nats: async_nats::Client,
-        subjects: Subjects,
-        shutdown: CancellationToken,
-    ) {
-        let mut messages = match nats.subscribe(subjects.control_all()).await {
-            Ok(messages) => messages,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for job signals; jobs will poll");
-                return;
-            }
-        };
-        loop {
-            let message = tokio::select! {
-                message = messages.next() => message,
-                _ = shutdown.cancelled() => return,
+    /// Follow the signals (`<p>.signals.*.*`, from now on) until `shutdown`, with an ordered
+    /// consumer of the worker's own: one that loses its place (a reconnect, a server restart)
+    /// is made again from where it was. Jobs still look for interjections on their own (a
+    /// slow poll), and a cancelled job is fenced at its next write, so a signal that never
+    /// arrives costs time, not correctness.
+    pub async fn listen(self, bus: Bus, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let mut messages = match follow(&bus).await {
+                Ok(messages) => messages,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot follow signals; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        _ = shutdown.cancelled() => return,
+                    }
+                }
             };
-            let Some(message) = message else { return };
-            let job_id = subjects.control_job(&message.subject);
-            let control = serde_json::from_slice::<JobControl>(&message.payload).ok();
-            if let (Some(job_id), Some(control)) = (job_id, control) {
-                self.deliver(job_id, control);
+            loop {
+                let message = tokio::select! {
+                    message = messages.next() => message,
+                    _ = shutdown.cancelled() => return,
+                };
+                match message {
+                    Some(Ok(message)) => match serde_json::from_slice::<Signal>(&message.payload) {
+                        Ok(signal) => self.deliver(&signal),
+                        Err(e) => tracing::warn!(error = %e, "an unreadable signal; skipped"),
+                    },
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "the signal consumer failed; following again");
+                        break;
+                    }
+                    None => break,
+                }
             }
         }
     }
+}
+
+/// An ordered consumer of every signal published from now on.
+async fn follow(bus: &Bus) -> anyhow::Result<async_nats::jetstream::consumer::pull::Ordered> {
+    let stream = bus.js.get_stream(bus.subjects.stream(SIGNALS)).await?;
+    let config = consumer::pull::OrderedConfig {
+        filter_subject: bus.subjects.signals_all(),
+        deliver_policy: consumer::DeliverPolicy::New,
+        ..Default::default()
+    };
+    let consumer = stream.create_consumer(config).await?;
+    Ok(consumer.messages().await?)
 }
 
 /// Keeps a job registered while it runs.

@@ -10,12 +10,48 @@ use crate::notification::NotificationType;
 pub enum Topic {
     /// A persisted event of a task.
     Event { task_id: TaskId, kind: EventKind },
+    /// A signal about a task: a comment for its job, a decision, a cancel.
+    Signal { task_id: TaskId, kind: SignalKind },
     /// A notification of this type.
     Notification(NotificationType),
     /// A webhook delivery to attempt.
     WebhookDelivery,
     /// An A2A push notification delivery to attempt.
     A2aPush,
+}
+
+/// What a signal on `<prefix>.signals.<task_id>.<kind>` says (docs/architecture.md#signals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalKind {
+    /// A person's comment reached a job: an interjection into a running job, or an addition
+    /// to the instruction of one that is queued.
+    Comment,
+    /// A person answered or decided an item a paused job waits for (or a subtask it waits
+    /// for is over).
+    Decision,
+    /// A job was cancelled.
+    Cancel,
+}
+
+impl SignalKind {
+    pub const ALL: [SignalKind; 3] = [
+        SignalKind::Comment,
+        SignalKind::Decision,
+        SignalKind::Cancel,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignalKind::Comment => "comment",
+            SignalKind::Decision => "decision",
+            SignalKind::Cancel => "cancel",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
 }
 
 /// A stored topic this version cannot read.
@@ -32,6 +68,7 @@ impl Topic {
     pub fn name(self) -> &'static str {
         match self {
             Topic::Event { .. } => "event",
+            Topic::Signal { .. } => "signal",
             Topic::Notification(_) => "notification",
             Topic::WebhookDelivery => "webhook_delivery",
             Topic::A2aPush => "a2a_push",
@@ -47,6 +84,9 @@ impl Topic {
         let parsed = match (topic, task_id, kind) {
             ("event", Some(task_id), Some(kind)) => {
                 EventKind::parse(kind).map(|kind| Topic::Event { task_id, kind })
+            }
+            ("signal", Some(task_id), Some(kind)) => {
+                SignalKind::parse(kind).map(|kind| Topic::Signal { task_id, kind })
             }
             ("notification", _, Some(kind)) => {
                 NotificationType::parse(kind).map(Topic::Notification)

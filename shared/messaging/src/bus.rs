@@ -1,12 +1,13 @@
 //! The NATS side of a service, and the one place where what follows a commit happens: waking
-//! the outbox relay, dispatching jobs, waking the subtask join, stopping cancelled jobs and
-//! waking a job for an interjection. A writer commits, then hands an [`AfterCommit`] to
-//! [`Bus::after_commit`].
+//! the outbox relay (which publishes events, notifications and signals), dispatching jobs,
+//! waking the subtask join and the schedulers, and stopping a cancelled job's tools. A writer
+//! commits, then hands an [`AfterCommit`] to [`Bus::after_commit`].
 //!
 //! Everything here announces a fact that is already committed, so a lost message costs
 //! latency only: the relay polls, the re-dispatcher sends a `queued` job again, the join
 //! polls, a cancelled job's worker is fenced at its next write, and a running job looks for
-//! interjections on its own.
+//! interjections on its own. Signals to running jobs (a comment, a cancel) are outbox rows
+//! written with the change (`<p>.signals.<task>.<kind>`, docs/architecture.md#signals).
 
 use async_nats::jetstream;
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{JobId, TaskId};
 
 use crate::Subjects;
-use crate::payloads::{JobControl, JobDispatch, ToolsCancel};
+use crate::payloads::{JobDispatch, ToolsCancel};
 
 /// A service's connection to NATS and JetStream, with its deployment's subjects.
 #[derive(Debug, Clone)]
@@ -34,7 +35,6 @@ pub struct AfterCommit {
     joiner: bool,
     schedules: bool,
     stop: Vec<JobId>,
-    interjections: Vec<JobId>,
 }
 
 impl AfterCommit {
@@ -75,15 +75,17 @@ impl AfterCommit {
         self
     }
 
-    /// The job was cancelled: its worker stops, and the tool-runners kill its tools.
+    /// The job was cancelled: its worker stops (on the `cancel` signal the commit wrote to the
+    /// outbox), and the tool-runners kill its tools.
     pub fn stop(mut self, job_id: JobId) -> Self {
+        self.outbox = true;
         self.stop.push(job_id);
         self
     }
 
-    /// An interjection waits for the running job.
-    pub fn interjection(mut self, job_id: JobId) -> Self {
-        self.interjections.push(job_id);
+    /// A comment waits for the job: the relay publishes its `comment` signal now.
+    pub fn interjection(mut self, _job_id: JobId) -> Self {
+        self.outbox = true;
         self
     }
 
@@ -94,7 +96,6 @@ impl AfterCommit {
         self.joiner |= other.joiner;
         self.schedules |= other.schedules;
         self.stop.extend(other.stop);
-        self.interjections.extend(other.interjections);
         self
     }
 
@@ -141,20 +142,10 @@ impl Bus {
             .await;
         }
         for job_id in after.stop {
-            self.control(job_id, JobControl::Cancel).await;
             let cancel = json_bytes(&ToolsCancel { job_id });
             self.signal(self.subjects.tools_cancel(), cancel, "the tool-runners")
                 .await;
         }
-        for job_id in after.interjections {
-            self.control(job_id, JobControl::Interjection).await;
-        }
-    }
-
-    async fn control(&self, job_id: JobId, control: JobControl) {
-        let subject = self.subjects.control(job_id);
-        self.signal(subject, json_bytes(&control), "the job's worker")
-            .await;
     }
 
     /// A core NATS message, fire and forget.

@@ -68,15 +68,25 @@ pub enum DeltaFragment {
     },
 }
 
-/// A wake-up for the worker running a job, on `<p>.jobs.<job_id>.control`. Best effort: the
-/// state it announces is already committed, and workers look for it on their own too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum JobControl {
-    /// An interjection is waiting to be delivered.
-    Interjection,
-    /// The job was cancelled: stop now.
-    Cancel,
+/// A signal about a task, on `<p>.signals.<task_id>.<kind>` (stream `<P>_SIGNALS`), published
+/// from the outbox in the transaction's wake: what it says is committed. `signal_id` is its
+/// `Nats-Msg-Id` (`comment:<comment id>`, or `event:<task id>:<seq>` of the event behind it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Signal {
+    pub signal_id: String,
+    pub kind: maestro_domain::topic::SignalKind,
+    pub task_id: TaskId,
+    /// The job it is for.
+    pub job_id: JobId,
+    /// The required action decided (a decision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_id: Option<uuid::Uuid>,
+    /// Who sent it: the comment's author, the decider, or the canceller's reason.
+    pub actor: String,
+    /// The comment (`{comment_id, kind, body}`), the `decision` event's payload, or the
+    /// `cancelled` state change.
+    pub detail: serde_json::Value,
+    pub at: chrono::DateTime<chrono::Utc>,
 }
 
 /// "Stop this job's running tool calls", on `<p>.tools.cancel` (core NATS, every

@@ -57,6 +57,7 @@ pub const DELTAS: &str = "DELTAS";
 pub const NOTIFY: &str = "NOTIFY";
 pub const WEBHOOKS: &str = "WEBHOOKS";
 pub const OPERATIONS: &str = "OPERATIONS";
+pub const SIGNALS: &str = "SIGNALS";
 
 /// Create (or update) every MAESTRO stream.
 pub async fn ensure_streams(
@@ -91,6 +92,13 @@ pub async fn ensure_streams(
             name: subjects.stream(NOTIFY),
             subjects: vec![format!("{p}.notify.>")],
             max_age: settings.notify_max_age,
+            duplicate_window: settings.duplicate_window,
+            ..Default::default()
+        },
+        stream::Config {
+            name: subjects.stream(SIGNALS),
+            subjects: vec![subjects.signals_all()],
+            max_age: settings.events_max_age,
             duplicate_window: settings.duplicate_window,
             ..Default::default()
         },

@@ -20,7 +20,7 @@
 //! | `<p>.a2a.rpc` | A2A JSON-RPC requests, request/reply to the gateway (core NATS) |
 
 use maestro_domain::notification::NotificationType;
-use maestro_domain::topic::Topic;
+use maestro_domain::topic::{SignalKind, Topic};
 use maestro_domain::{EventKind, JobId, TaskId};
 
 /// Why a prefix was refused.
@@ -64,30 +64,27 @@ impl Subjects {
         format!("{}.jobs.dispatch.>", self.prefix)
     }
 
-    /// `<p>.jobs.<job_id>.control`
-    pub fn control(&self, job_id: JobId) -> String {
-        format!("{}.jobs.{job_id}.control", self.prefix)
+    /// `<p>.signals.<task_id>.<kind>`: a signal about a task (stream `<P>_SIGNALS`).
+    pub fn signal(&self, task_id: TaskId, kind: SignalKind) -> String {
+        format!("{}.signals.{task_id}.{}", self.prefix, kind.as_str())
     }
 
-    /// `<p>.jobs.*.control`: the control subjects of every job (a worker listens to all).
-    pub fn control_all(&self) -> String {
-        format!("{}.jobs.*.control", self.prefix)
+    /// `<p>.signals.*.*`: every signal (what a worker follows).
+    pub fn signals_all(&self) -> String {
+        format!("{}.signals.*.*", self.prefix)
     }
 
-    /// The job a control subject is about (`None` for any other subject).
-    pub fn control_job(&self, subject: &str) -> Option<JobId> {
-        subject
-            .strip_prefix(&self.prefix)?
-            .strip_prefix(".jobs.")?
-            .strip_suffix(".control")?
-            .parse()
-            .ok()
+    /// `<p>.signals.requests`: programs on the bus send comments, decisions and cancels here
+    /// (request/reply, answered by the gateways).
+    pub fn signal_requests(&self) -> String {
+        format!("{}.signals.requests", self.prefix)
     }
 
     /// The subject the outbox relay publishes a row of `topic` on.
     pub fn of_topic(&self, topic: Topic) -> String {
         match topic {
             Topic::Event { task_id, kind } => self.event(task_id, kind),
+            Topic::Signal { task_id, kind } => self.signal(task_id, kind),
             Topic::Notification(kind) => self.notify(kind),
             Topic::WebhookDelivery => self.webhook_deliver(),
             Topic::A2aPush => self.a2a_push(),
@@ -230,14 +227,16 @@ mod tests {
     }
 
     #[test]
-    fn control_subjects_name_their_job_and_topics_their_subject() {
+    fn signal_subjects_name_their_task_and_topics_their_subject() {
         let s = Subjects::new("t-1").expect("prefix");
-        let job = JobId::new();
-        assert_eq!(s.control_job(&s.control(job)), Some(job));
-        assert_eq!(s.control_all(), "t-1.jobs.*.control");
-        assert_eq!(s.control_job("t-1.jobs.dispatch.default"), None);
-        assert_eq!(s.control_job(&format!("t-2.jobs.{job}.control")), None);
         let task = TaskId::new();
+        let cancel = Topic::Signal {
+            task_id: task,
+            kind: SignalKind::Cancel,
+        };
+        assert_eq!(s.of_topic(cancel), format!("t-1.signals.{task}.cancel"));
+        assert_eq!(s.signals_all(), "t-1.signals.*.*");
+        assert_eq!(s.signal_requests(), "t-1.signals.requests");
         let event = Topic::Event {
             task_id: task,
             kind: EventKind::Decision,

@@ -20,8 +20,9 @@ use maestro_messaging::{AfterCommit, Bus};
 use super::context::JobError;
 use crate::deltas::DeltaPublisher;
 
-/// How often a job looks for interjections without being signalled.
-const INTERJECTION_POLL: Duration = Duration::from_secs(2);
+/// How often a job looks for interjections without being signalled: a slow safety net for a
+/// `comment` signal that did not arrive (docs/architecture.md#signals).
+const INTERJECTION_POLL: Duration = Duration::from_secs(5);
 
 /// Precedes an interjection in the conversation.
 const INTERJECTION_HEADER: &str = "[The user sent this message while you were working]";
