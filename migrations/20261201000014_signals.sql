@@ -35,7 +35,8 @@ BEGIN
                     'action_id', NEW.payload -> 'action_id',
                     'actor', coalesce(NEW.payload ->> 'by', NEW.payload ->> 'reason', ''),
                     'detail', NEW.payload,
-                    'at', NEW.created_at));
+                    'at', NEW.created_at,
+                    'event', to_jsonb(NEW)));
     END IF;
     RETURN NULL;
 END;

@@ -254,3 +254,71 @@ async fn a_cancel_on_the_bus_stops_a_streaming_job_and_is_signalled() {
         (409, Some("nothing_to_cancel"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_after_a_comment_signal_loses_nothing() {
+    let scenario = json!({"scenarios": [{
+        "name": "interrupted",
+        "turns": [
+            {"text": "Thinking about it for a long while, one letter at a time, before looking.",
+             "chunk_chars": 1, "chunk_delay_ms": 60,
+             "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "heard you"}}]}
+        ]
+    }]});
+    let options = StackOptions::new(scenario)
+        .env("JOB_ACK_WAIT_MS", "1500")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
+    let nats = stack.nats.client().await.expect("nats");
+    let mut comments = nats
+        .subscribe(format!("{}.signals.*.comment", stack.prefix))
+        .await
+        .expect("subscribe");
+    let id = stack
+        .new_task(&json!({"instruction": "interrupt me"}))
+        .await;
+    wait_for_delta(&stack, id).await;
+    let text = "Said just before the crash.";
+    let (status, _) = send(
+        &nats,
+        &stack,
+        Some(&stack.token),
+        json!({"command": "comment", "task_id": id.to_string(), "body": {"body": text}}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // The signal is out (worker-a has it, or is about to): now it dies before delivering it.
+    tokio::time::timeout(Duration::from_secs(5), comments.next())
+        .await
+        .expect("the comment signal")
+        .expect("a message");
+    stack.kill("worker-a").await;
+    stack
+        .add(maestro_testkit::Service::Worker, "worker-b")
+        .await;
+    let over = [JobStatus::Succeeded, JobStatus::Failed];
+    let done = stack.wait_within(id, &over, Duration::from_secs(40)).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().attempt, 2, "claimed again by worker-b");
+    let requests = stack.llm.requests().await.expect("requests");
+    let counts: Vec<usize> = requests
+        .iter()
+        .map(|r| {
+            r["body"]["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| {
+                    m["role"] == "user" && m["content"].as_str().unwrap_or("").contains(text)
+                })
+                .count()
+        })
+        .collect();
+    assert_eq!(
+        counts.last(),
+        Some(&1),
+        "the comment reached the job once: {counts:?}"
+    );
+    assert!(counts.iter().all(|n| *n <= 1), "never twice: {counts:?}");
+}

@@ -1,4 +1,4 @@
-//! Job state changes and decisions → notifications (and A2A pushes, `crate::a2a_push`). For every `job_state` event whose status
+//! Job state changes (events) and decisions (`decision` signals) → notifications (and A2A pushes, `crate::a2a_push`). For every `job_state` event whose status
 //! is notification-worthy (succeeded, failed, cancelled, waiting for a human — with the items
 //! it waits for) and every `decision` event (`task.decided`) the notifier
 //! records a notification, its webhook deliveries and their outbox rows in one statement,
@@ -8,6 +8,7 @@
 use maestro_db::PgPool;
 use maestro_domain::notification::{Notification, NotificationData, NotificationType};
 use maestro_domain::{Event, EventBody, JobStatus, NotificationId};
+use maestro_messaging::payloads::Signal;
 use maestro_messaging::{Delivery, Handler, Outcome};
 use std::time::Duration;
 
@@ -21,9 +22,13 @@ pub struct JobStateHandler {
 
 impl Handler for JobStateHandler {
     async fn handle(&self, delivery: &Delivery) -> Outcome {
-        let event: Event = match delivery.json() {
-            Ok(event) => event,
-            Err(e) => return Outcome::Poison(format!("malformed event: {e}")),
+        // Job states come as events; decisions as `decision` signals, with their event.
+        let event = match delivery.json::<Signal>() {
+            Ok(signal) => signal.event,
+            Err(_) => delivery.json::<Event>().ok(),
+        };
+        let Some(event) = event else {
+            return Outcome::Poison("malformed event or signal".to_owned());
         };
         let (kind, change, decision) = match event.body() {
             Ok(EventBody::JobState(change)) => {

@@ -87,6 +87,9 @@ pub struct Signal {
     /// `cancelled` state change.
     pub detail: serde_json::Value,
     pub at: chrono::DateTime<chrono::Utc>,
+    /// The event behind a `decision` or `cancel` signal, as the events API shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<maestro_domain::Event>,
 }
 
 /// "Stop this job's running tool calls", on `<p>.tools.cancel` (core NATS, every

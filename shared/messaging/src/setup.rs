@@ -239,16 +239,17 @@ pub async fn job_state_consumer(
     .await
 }
 
-/// The durable consumer the notifier reads people's decisions on paused jobs from.
+/// The durable consumer the notifier reads people's decisions on paused jobs from: the
+/// `decision` signals (each carries the event behind it).
 pub async fn decision_consumer(
     js: &jetstream::Context,
     subjects: &Subjects,
     settings: &ConsumerSettings,
 ) -> Result<consumer::PullConsumer, SetupError> {
-    let filter = subjects.events_of_kind(EventKind::Decision);
+    let filter = format!("{}.signals.*.decision", subjects.prefix());
     ensure_consumer(
         js,
-        &subjects.stream(EVENTS),
+        &subjects.stream(SIGNALS),
         "notifier_decisions",
         filter,
         settings,

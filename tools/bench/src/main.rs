@@ -16,13 +16,15 @@
 //! prompt cache a same-piece Continue keeps (`continues.rs`), `maestro-bench a2a [--tasks N]
 //! [--concurrency C] [--chunks N]` A2A's send→completed latency and stream events/s next to the
 //! REST API's (`a2a.rs`), `maestro-bench schedules [--schedules N] [--schedulers K] [--batch B]`
-//! how fast N schedules due at the same minute are fired (`schedules.rs`).
+//! how fast N schedules due at the same minute are fired (`schedules.rs`), `maestro-bench
+//! signals [--rounds N]` how fast a comment and a cancel reach a running job (`signals.rs`).
 
 mod a2a;
 mod continues;
 mod iterations;
 mod latency;
 mod schedules;
+mod signals;
 mod sse;
 mod subtasks;
 mod tools;
@@ -93,6 +95,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if std::env::args().nth(1).as_deref() == Some("continue") {
         return continues::run(continues::parse(std::env::args().skip(2))?).await;
+    }
+    if std::env::args().nth(1).as_deref() == Some("signals") {
+        return signals::run(signals::parse(std::env::args().skip(2))?).await;
     }
     if std::env::args().nth(1).as_deref() == Some("schedules") {
         return schedules::run(schedules::parse(std::env::args().skip(2))?).await;

@@ -280,9 +280,14 @@ impl Server {
         if requests.len() == MAX_RECORDED {
             requests.pop_front();
         }
+        let received_at_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
         requests.push_back(json!({
             "scenario": scenario,
             "turn": turn,
+            "received_at_us": received_at_us,
             "body": body,
             "raw_tools": text("tools"),
             "raw_messages": text("messages"),
