@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-
 use std::time::Duration;
 
 use async_nats::jetstream::consumer;
@@ -60,10 +59,10 @@ impl Signals {
     }
 
     /// Follow the signals (`<p>.signals.*.*`, from now on) until `shutdown`, with an ordered
-    /// consumer of the worker's own: one that loses its place (a reconnect, a server restart)
-    /// is made again from where it was. Jobs still look for interjections on their own (a
-    /// slow poll), and a cancelled job is fenced at its next write, so a signal that never
-    /// arrives costs time, not correctness.
+    /// consumer of the worker's own, which remakes itself from where it was after a
+    /// reconnect. Should it fail for good, a new one follows from that moment. Jobs still look
+    /// for interjections on their own (a slow poll), and a cancelled job is fenced at its next
+    /// write, so a signal that never arrives costs time, not correctness.
     pub async fn listen(self, bus: Bus, shutdown: CancellationToken) {
         while !shutdown.is_cancelled() {
             let mut messages = match follow(&bus).await {
