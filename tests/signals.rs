@@ -38,6 +38,23 @@ async fn send(
     )
 }
 
+/// For each LLM request, how many of its user messages carry `text`.
+fn carrying(requests: &[Value], text: &str) -> Vec<usize> {
+    requests
+        .iter()
+        .map(|r| {
+            r["body"]["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| {
+                    m["role"] == "user" && m["content"].as_str().unwrap_or("").contains(text)
+                })
+                .count()
+        })
+        .collect()
+}
+
 async fn wait_for_delta(stack: &Stack, id: impl std::fmt::Display) {
     let mut stream = stack.stream(id, None).await;
     let items = stream.read_until(WAIT, |i| i.event == "delta").await;
@@ -94,19 +111,7 @@ async fn comments_from_the_bus_and_from_rest_reach_the_next_request_once_and_are
         "From the bus: mention the sea.",
         "From REST: mention the sky.",
     ] {
-        let counts: Vec<usize> = requests
-            .iter()
-            .map(|r| {
-                r["body"]["messages"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|m| {
-                        m["role"] == "user" && m["content"].as_str().unwrap_or("").contains(text)
-                    })
-                    .count()
-            })
-            .collect();
+        let counts = carrying(&requests, text);
         assert_eq!(
             counts.first(),
             Some(&0),
@@ -302,19 +307,7 @@ async fn a_worker_killed_after_a_comment_signal_loses_nothing() {
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     assert_eq!(done.job().attempt, 2, "claimed again by worker-b");
     let requests = stack.llm.requests().await.expect("requests");
-    let counts: Vec<usize> = requests
-        .iter()
-        .map(|r| {
-            r["body"]["messages"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|m| {
-                    m["role"] == "user" && m["content"].as_str().unwrap_or("").contains(text)
-                })
-                .count()
-        })
-        .collect();
+    let counts = carrying(&requests, text);
     assert_eq!(
         counts.last(),
         Some(&1),

@@ -90,20 +90,34 @@ fn refusal(status: u16, code: &str, message: &str) -> (u16, Value) {
 /// Answer signal requests until shutdown.
 pub async fn serve(state: AppState) -> anyhow::Result<()> {
     let subject = state.bus.subjects.signal_requests();
+    serve_requests(state, subject, "signal requests", answer).await
+}
+
+/// Answer requests on `subject` (in the gateways' queue group, so each is answered once) with
+/// `answer`, each in a task of its own, until shutdown.
+pub async fn serve_requests<F, Fut>(
+    state: AppState,
+    subject: String,
+    what: &str,
+    answer: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(AppState, async_nats::Message) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let mut requests = state
         .bus
         .nats
         .queue_subscribe(subject.clone(), "maestro-api-gateway".to_owned())
         .await?;
-    tracing::info!(%subject, "serving signal requests over NATS");
+    tracing::info!(%subject, "serving {what} over NATS");
     loop {
         let request = tokio::select! {
             () = state.shutdown.cancelled() => break,
             request = requests.next() => request,
         };
         let Some(request) = request else { break };
-        let state = state.clone();
-        tokio::spawn(async move { answer(state, request).await });
+        tokio::spawn(answer(state.clone(), request));
     }
     Ok(())
 }

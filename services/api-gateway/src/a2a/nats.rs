@@ -7,7 +7,6 @@
 
 use async_nats::HeaderMap as NatsHeaders;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
-use futures::StreamExt;
 
 use super::rpc::{self, Answer, Carrier};
 use crate::state::AppState;
@@ -18,25 +17,11 @@ const PASSED: [&str; 3] = ["authorization", "a2a-version", "last-event-id"];
 /// Answer JSON-RPC requests on `<prefix>.a2a.rpc` until shutdown.
 pub async fn serve(state: AppState) -> anyhow::Result<()> {
     let subject = state.bus.subjects.a2a_rpc();
-    let mut requests = state
-        .bus
-        .nats
-        .queue_subscribe(subject.clone(), "maestro-api-gateway".to_owned())
-        .await?;
-    tracing::info!(%subject, "serving A2A JSON-RPC over NATS");
-    loop {
-        let request = tokio::select! {
-            () = state.shutdown.cancelled() => break,
-            request = requests.next() => request,
-        };
-        let Some(request) = request else { break };
-        let state = state.clone();
-        tokio::spawn(async move { answer(&state, request).await });
-    }
-    Ok(())
+    crate::signals::serve_requests(state, subject, "A2A JSON-RPC", answer).await
 }
 
-async fn answer(state: &AppState, request: async_nats::Message) {
+async fn answer(state: AppState, request: async_nats::Message) {
+    let state = &state;
     let Some(reply) = request.reply.clone() else {
         tracing::debug!("an A2A request over NATS without a reply subject; ignored");
         return;
