@@ -277,6 +277,26 @@ async fn three_racing_schedulers_fire_each_second_once_and_a_killed_one_loses_no
         let task = run["task_id"].as_str().expect("task");
         let done = stack.wait_over(task).await;
         assert_eq!(done.task.instruction, "quick tick");
+        let fire_time = time(&run["fire_time"]);
+        assert_eq!(
+            done.task.schedule_id.map(|s| s.to_string()),
+            Some(id.clone())
+        );
+        assert_eq!(
+            done.task.scheduled_for,
+            Some(fire_time),
+            "the task names its fire time"
+        );
+        assert_eq!(
+            fire_time.timestamp_subsec_nanos(),
+            0,
+            "fire times are whole seconds"
+        );
+        let late = time(&run["started_at"]) - fire_time;
+        assert!(
+            late >= chrono::TimeDelta::zero() && late < chrono::TimeDelta::seconds(1),
+            "started at its instant, not before, within a second: {late}"
+        );
     }
 }
 

@@ -131,6 +131,8 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         parent_task_id: None,
         depth: 0,
         context_id: new.context_id.map(str::to_owned),
+        schedule_id: None,
+        scheduled_for: None,
     }))
 }
 
@@ -216,6 +218,8 @@ struct Row {
     parent_task_id: Option<uuid::Uuid>,
     depth: i32,
     context_id: Option<String>,
+    schedule_id: Option<uuid::Uuid>,
+    scheduled_for: Option<DateTime<Utc>>,
     job_id: Option<uuid::Uuid>,
     job_no: Option<i32>,
     status: Option<String>,
@@ -270,6 +274,8 @@ impl TryFrom<Row> for TaskRecord {
             parent_task_id: r.parent_task_id.map(TaskId),
             depth: r.depth,
             context_id: r.context_id,
+            schedule_id: r.schedule_id.map(maestro_domain::ScheduleId),
+            scheduled_for: r.scheduled_for,
         })
     }
 }
@@ -286,7 +292,8 @@ async fn query_records(
         Row,
         r#"
         SELECT t.id, t.instruction, t.piece, t.model, t.created_at, t.updated_at,
-               t.parent_task_id, t.depth, t.context_id, j.id AS "job_id?", j.job_no AS "job_no?",
+               t.parent_task_id, t.depth, t.context_id, t.schedule_id, t.scheduled_for,
+               j.id AS "job_id?", j.job_no AS "job_no?",
                j.status AS "status?", j.wait_reason AS "wait_reason?", j.attempt AS "attempt?",
                j.max_attempts AS "max_attempts?", j.next_retry_at AS "next_retry_at?",
                j.result AS "result?", j.error AS "error?", j.created_at AS "job_created_at?",

@@ -26,6 +26,11 @@ pub struct TaskRecord {
     /// The A2A context it belongs to, when an A2A client named or was given one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// The schedule whose run it is (docs/schedules.md), and the fire time it ran for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<crate::ScheduleId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_for: Option<DateTime<Utc>>,
 }
 
 impl TaskRecord {
