@@ -511,4 +511,33 @@ mod tests {
         let long = every_second.fire(due, due + TimeDelta::hours(5), grace, Busy::default());
         assert_eq!(long.missed, MISSED_COUNT_LIMIT, "counted up to the limit");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+        /// Whatever a person types as a cron expression and a zone, parsing answers (a
+        /// schedule or a reason) and never panics; an accepted one fires after now, in order.
+        #[test]
+        fn any_cron_text_is_parsed_or_refused_without_panicking(
+            fields in proptest::collection::vec(
+                proptest::prop_oneof![
+                    8 => "\\*|[0-9]|1[0-2]|\\*/[1-9]|[0-5]-[6-9]|[1-9],[0-9]",
+                    1 => "[0-9*/,LW#?A-Z-]{1,6}|[0-9]{1,12}|\\PC{0,4}",
+                ],
+                4..8,
+            ),
+            zone in "UTC|Europe/Berlin|Asia/Tokyo|America/New_York|\\PC{0,8}",
+        ) {
+            let expr = fields.join(" ");
+            let now = utc("2026-12-01T10:00:00.25Z");
+            if let Ok(spec) = CronSpec::parse_firing(&expr, &zone, now) {
+                let next = spec.next_after(now).expect("it fires");
+                proptest::prop_assert!(next > now);
+                proptest::prop_assert_eq!(next.timestamp_subsec_nanos(), 0);
+                if let Some(after) = spec.next_after(next) {
+                    proptest::prop_assert!(after > next);
+                }
+            }
+        }
+    }
 }
