@@ -126,17 +126,22 @@ pub async fn unread(pool: &PgPool, owner: &Owner) -> Result<i64, DbError> {
     .await?)
 }
 
-/// Mark one item read (again: nothing changes); `None` if the owner has no such item.
+/// Mark one item read (again: nothing changes); whether it was unread, or `None` if the owner
+/// has no such item.
 pub async fn mark_read(
     pool: &PgPool,
     owner: &Owner,
     id: NotificationId,
-) -> Result<Option<DateTime<Utc>>, DbError> {
+) -> Result<Option<bool>, DbError> {
     Ok(sqlx::query_scalar!(
         r#"
-        UPDATE notifications SET read_at = coalesce(read_at, now())
-         WHERE id = $1 AND owner = $2
-     RETURNING read_at AS "read_at!"
+        WITH unread AS (
+            UPDATE notifications SET read_at = now()
+             WHERE id = $1 AND owner = $2 AND read_at IS NULL
+         RETURNING id
+        )
+        SELECT EXISTS (SELECT 1 FROM unread) AS "marked!"
+          FROM notifications WHERE id = $1 AND owner = $2
         "#,
         id.0,
         owner.as_str()

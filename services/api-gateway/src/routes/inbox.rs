@@ -144,13 +144,12 @@ pub async fn mark_read(
     Path(id): Path<String>,
 ) -> Result<Json<MarkedRead>, ApiError> {
     let id: NotificationId = parse_id(&id, "notification")?;
-    let before = inbox::unread(&state.pool, &owner).await?;
-    inbox::mark_read(&state.pool, &owner, id)
+    let marked = inbox::mark_read(&state.pool, &owner, id)
         .await?
         .ok_or(ApiError::NotFound("notification"))?;
     let unread = inbox::unread(&state.pool, &owner).await?;
     Ok(Json(MarkedRead {
-        marked: u64::try_from(before - unread).unwrap_or(0),
+        marked: u64::from(marked),
         unread,
     }))
 }
