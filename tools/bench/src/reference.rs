@@ -1,0 +1,437 @@
+//! The reference job — LLM call (text + a `list_files` call) → the tool through the
+//! tool-runner → LLM call (`complete`) → finish — N times through the whole stack, at most C at
+//! a time. Latency is from sending `POST /api/local/tasks` to receiving the job's `succeeded`
+//! event on NATS (the outbox relay hop included). Besides throughput and latency: Postgres
+//! commits, writing transactions and WAL flushes per job, and the CPU time of every process on
+//! the machine per job (`/proc`), so nothing else should run meanwhile.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use maestro_testkit::{Stack, StackOptions};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, oneshot};
+
+pub struct Args {
+    pub jobs: usize,
+    pub concurrency: usize,
+    pub warmup: usize,
+}
+
+pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
+    let mut args = Args {
+        jobs: 2000,
+        concurrency: 64,
+        warmup: 100,
+    };
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--jobs" => args.jobs = value.parse()?,
+            "--concurrency" => args.concurrency = value.parse()?,
+            "--warmup" => args.warmup = value.parse()?,
+            other => {
+                anyhow::bail!("unknown flag {other}; flags: --jobs N --concurrency C --warmup N")
+            }
+        }
+    }
+    anyhow::ensure!(
+        args.jobs >= 1 && args.concurrency >= 1,
+        "--jobs, --concurrency ≥ 1"
+    );
+    Ok(args)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let bench = Bench::start().await?;
+    println!("warming up with {} jobs", args.warmup);
+    bench.jobs(args.warmup, args.concurrency).await?;
+    println!("running {} jobs, {} at a time", args.jobs, args.concurrency);
+    let figures = bench.measure(args.jobs, args.concurrency).await?;
+    figures.print();
+    bench.stages(figures.from).await
+}
+
+/// The reference job: LLM call (text + a `list_files` call) → the tool → LLM call (`complete`).
+pub fn scenario() -> Value {
+    json!({"scenarios": [{
+        "name": "reference-job",
+        "turns": [
+            {"text": "Looking.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"text": "Done.", "tool_calls": [{"name": "complete", "arguments": {"result": "ok"}}]}
+        ]
+    }]})
+}
+
+/// Jobs waiting for their `succeeded` event, and events that came before their waiter.
+#[derive(Default)]
+struct Board {
+    waiting: HashMap<String, oneshot::Sender<Instant>>,
+    finished: HashMap<String, Instant>,
+}
+
+/// A stack running the reference job, and the jobs waiting for their end.
+pub struct Bench {
+    stack: Arc<Stack>,
+    board: Arc<Mutex<Board>>,
+}
+
+/// What one measured run showed.
+pub struct Figures {
+    pub from: chrono::DateTime<chrono::Utc>,
+    pub elapsed: Duration,
+    /// Sorted.
+    pub latencies: Vec<Duration>,
+    pub pg: Counters,
+    pub cpu_ms: i64,
+    /// CPU ms by command name, largest first.
+    pub by_process: Vec<(String, i64)>,
+}
+
+impl Figures {
+    pub fn jobs_per_s(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The `p` quantile of the latencies, in ms.
+    pub fn pct(&self, p: f64) -> f64 {
+        let n = self.latencies.len();
+        ms(self.latencies[((n as f64 * p) as usize).min(n - 1)])
+    }
+
+    pub fn per_job(&self, n: i64) -> f64 {
+        n as f64 / self.latencies.len() as f64
+    }
+
+    pub fn print(&self) {
+        println!("jobs:        {}", self.latencies.len());
+        println!("elapsed:     {:.2} s", self.elapsed.as_secs_f64());
+        println!("throughput:  {:.0} jobs/s", self.jobs_per_s());
+        println!(
+            "latency:     p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            self.pct(0.5),
+            self.pct(0.9),
+            self.pct(0.99),
+            self.pct(1.0)
+        );
+        println!(
+            "commits:     {:.1} per job (pg_stat_database.xact_commit, reads included); \
+             {:.1} writing transactions, {:.1} WAL flushes per job",
+            self.per_job(self.pg.commits),
+            self.per_job(self.pg.writes),
+            self.per_job(self.pg.flushes)
+        );
+        let top: Vec<String> = self
+            .by_process
+            .iter()
+            .take(8)
+            .map(|(name, ms)| format!("{name} {:.2}", self.per_job(*ms)))
+            .collect();
+        println!(
+            "cpu:         {:.2} ms per job, all processes on the machine (/proc/stat): {}",
+            self.per_job(self.cpu_ms),
+            top.join(", ")
+        );
+    }
+}
+
+impl Bench {
+    /// The five services, their own database and nats-server, and the scripted LLM.
+    pub async fn start() -> anyhow::Result<Self> {
+        let options = StackOptions::new(scenario())
+            // `BENCH_RUST_LOG=info TEST_LOG=1` keeps the services' logs.
+            .env(
+                "RUST_LOG",
+                &std::env::var("BENCH_RUST_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
+            .env("WORKER_CONCURRENCY", "256")
+            .env("DB_MAX_CONNECTIONS", "16")
+            .env("RELAY_POLL_MS", "1000");
+        let stack = Arc::new(Stack::spawn(options).await?);
+        let board: Arc<Mutex<Board>> = Arc::default();
+        listen_for_success(&stack, board.clone()).await?;
+        Ok(Self { stack, board })
+    }
+
+    /// Run `n` jobs, at most `concurrency` in flight, and measure.
+    pub async fn measure(&self, n: usize, concurrency: usize) -> anyhow::Result<Figures> {
+        self.measured(|| self.jobs(n, concurrency)).await
+    }
+
+    /// Measure what `work` does; it returns each job's latency.
+    async fn measured<F, Fut>(&self, work: F) -> anyhow::Result<Figures>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<Vec<Duration>>>,
+    {
+        let pg_before = counters(&self.stack).await?;
+        let cpu_before = cpu_busy_ms()?;
+        let by_process_before = cpu_by_process();
+        let from: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.stack.db.pool)
+            .await?;
+        let started = Instant::now();
+        let mut latencies = work().await?;
+        let elapsed = started.elapsed();
+        let pg = counters(&self.stack).await? - pg_before;
+        let cpu_ms = cpu_busy_ms()? - cpu_before;
+        let mut by_process: Vec<(String, i64)> = cpu_by_process()
+            .into_iter()
+            .map(|(name, ms)| {
+                let before = by_process_before.get(&name).copied().unwrap_or(0);
+                (name, ms - before)
+            })
+            .filter(|(_, ms)| *ms > 0)
+            .collect();
+        by_process.sort_by_key(|(_, ms)| -ms);
+        latencies.sort();
+        Ok(Figures {
+            from,
+            elapsed,
+            latencies,
+            pg,
+            cpu_ms,
+            by_process,
+        })
+    }
+
+    /// Run `n` jobs, at most `concurrency` in flight; returns each job's latency.
+    pub async fn jobs(&self, n: usize, concurrency: usize) -> anyhow::Result<Vec<Duration>> {
+        self.spawn(n, concurrency, true).await
+    }
+
+    /// Create `n` jobs, at most `creators` requests at a time and without waiting for any job
+    /// to end before creating the next, and measure until the last one has succeeded.
+    pub async fn backlog(&self, n: usize, creators: usize) -> anyhow::Result<Figures> {
+        self.measured(|| self.spawn(n, creators, false)).await
+    }
+
+    /// `n` jobs; a permit bounds the jobs in flight (`whole`) or only their create requests.
+    async fn spawn(&self, n: usize, permits: usize, whole: bool) -> anyhow::Result<Vec<Duration>> {
+        let permits = Arc::new(Semaphore::new(permits));
+        let mut handles = Vec::with_capacity(n);
+        for i in 0..n {
+            let permit = permits.clone().acquire_owned().await?;
+            let (stack, board) = (self.stack.clone(), self.board.clone());
+            handles.push(tokio::spawn(async move {
+                let (sent, done) = create(&stack, &board, i).await?;
+                let held = whole.then_some(permit);
+                let latency = finish(&stack, done).await?.saturating_duration_since(sent);
+                drop(held);
+                Ok::<_, anyhow::Error>(latency)
+            }));
+        }
+        let mut latencies = Vec::with_capacity(n);
+        for handle in handles {
+            latencies.push(handle.await??);
+        }
+        Ok(latencies)
+    }
+
+    /// Where a job's time goes, from its events' timestamps (each the start of the transaction
+    /// that wrote it): p50 of each step of the reference job, over the jobs created since
+    /// `from`.
+    pub async fn stages(&self, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+        let row: (f64, f64, f64, f64) = sqlx::query_as(
+            r#"
+            WITH t AS (
+                SELECT e.task_id,
+                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'queued') AS queued,
+                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running') AS running,
+                       min(e.created_at) FILTER (WHERE e.kind = 'tool_result') AS tool,
+                       max(e.created_at) FILTER (WHERE e.payload->>'status' = 'succeeded') AS done
+                  FROM events e JOIN tasks k ON k.id = e.task_id AND k.created_at >= $1
+                 GROUP BY e.task_id
+            )
+            SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM running - queued)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM tool - running)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - tool)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued))
+              FROM t
+            "#,
+        )
+        .bind(from)
+        .fetch_one(&self.stack.db.pool)
+        .await?;
+        println!(
+            "stages p50:  create → claimed {:.1} ms, claimed → tool result {:.1} ms (LLM call, tool call), \
+             tool result → succeeded {:.1} ms (LLM call, final commit); create → succeeded {:.1} ms \
+             (by the events' transaction start times)",
+            row.0 * 1000.0,
+            row.1 * 1000.0,
+            row.2 * 1000.0,
+            row.3 * 1000.0
+        );
+        Ok(())
+    }
+}
+
+/// Create job `i`: when the request was sent, and where its end will be told.
+async fn create(
+    stack: &Stack,
+    board: &Mutex<Board>,
+    i: usize,
+) -> anyhow::Result<(Instant, Ending)> {
+    let sent = Instant::now();
+    let response = stack
+        .http
+        .post(stack.url("/api/local/tasks"))
+        .bearer_auth(&stack.token)
+        .json(&json!({"instruction": format!("job {i}")}))
+        .send()
+        .await?;
+    let task: Value = response.error_for_status()?.json().await?;
+    let id = task["id"].as_str().context("task id")?.to_owned();
+    let mut board = board.lock().expect("lock");
+    let ending = match board.finished.remove(&id) {
+        Some(at) => Ending::Over(at),
+        None => {
+            let (tx, rx) = oneshot::channel();
+            board.waiting.insert(id.clone(), tx);
+            Ending::Waiting(id, rx)
+        }
+    };
+    Ok((sent, ending))
+}
+
+/// A created job's end: seen already, or to come.
+enum Ending {
+    Over(Instant),
+    Waiting(String, oneshot::Receiver<Instant>),
+}
+
+/// When the job's `succeeded` event arrived.
+async fn finish(stack: &Stack, ending: Ending) -> anyhow::Result<Instant> {
+    match ending {
+        Ending::Over(at) => Ok(at),
+        Ending::Waiting(id, rx) => match tokio::time::timeout(Duration::from_secs(120), rx).await {
+            Ok(Ok(at)) => Ok(at),
+            _ => anyhow::bail!(
+                "job {id} did not succeed within 120 s: {:?}",
+                stack.task(&id).await
+            ),
+        },
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Resolve waiters when their task's `succeeded` event is published.
+async fn listen_for_success(stack: &Stack, board: Arc<Mutex<Board>>) -> anyhow::Result<()> {
+    let nats = stack.nats.client().await?;
+    let mut events = nats
+        .subscribe(format!("{}.events.*.job_state", stack.prefix))
+        .await?;
+    tokio::spawn(async move {
+        while let Some(message) = events.next().await {
+            let now = Instant::now();
+            let Ok(event) = serde_json::from_slice::<Value>(&message.payload) else {
+                continue;
+            };
+            if event["payload"]["status"] != "succeeded" {
+                continue;
+            }
+            let task = event["task_id"].as_str().unwrap_or_default().to_owned();
+            let mut board = board.lock().expect("lock");
+            match board.waiting.remove(&task) {
+                Some(tx) => {
+                    let _ = tx.send(now);
+                }
+                None => {
+                    board.finished.insert(task, now);
+                }
+            }
+        }
+    });
+    nats.flush().await?;
+    Ok(())
+}
+
+/// CPU time every process on the machine has used (ms; `/proc/stat` counts in 1/100 s).
+pub fn cpu_busy_ms() -> anyhow::Result<i64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let cpu = stat.lines().next().context("empty /proc/stat")?;
+    // user nice system idle iowait irq softirq steal
+    let ticks: Vec<i64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let busy: i64 = ticks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    Ok(busy * 10)
+}
+
+/// CPU time (ms) used so far by the processes alive now, summed by command name.
+fn cpu_by_process() -> HashMap<String, i64> {
+    let mut sums = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return sums;
+    };
+    for entry in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid … utime stime: fields 14 and 15, counted after the `)`.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_owned();
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
+        *sums.entry(name).or_insert(0) += (ticks(11) + ticks(12)) * 10;
+    }
+    sums
+}
+
+/// Postgres counters: commits in the bench's database (reads included), transactions that
+/// wrote (transaction ids handed out, cluster-wide) and WAL flushes to disk (cluster-wide, so
+/// nothing else should run on the server meanwhile).
+#[derive(Debug, Clone, Copy)]
+pub struct Counters {
+    pub commits: i64,
+    pub writes: i64,
+    pub flushes: i64,
+}
+
+impl std::ops::Sub for Counters {
+    type Output = Counters;
+
+    fn sub(self, before: Counters) -> Counters {
+        Counters {
+            commits: self.commits - before.commits,
+            writes: self.writes - before.writes,
+            flushes: self.flushes - before.flushes,
+        }
+    }
+}
+
+async fn counters(stack: &Stack) -> anyhow::Result<Counters> {
+    let (commits, writes, flushes): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+                pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+                (SELECT wal_sync FROM pg_stat_wal)",
+    )
+    .fetch_one(&stack.db.pool)
+    .await?;
+    Ok(Counters {
+        commits,
+        writes,
+        flushes,
+    })
+}
