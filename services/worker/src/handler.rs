@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use crate::agent::Shared as Deps;
-use crate::agent::{self, JobEnd, JobError};
+use crate::agent::{self, EarlyContext, JobEnd, JobError};
 use crate::signals::JobSignals;
 
 /// Handles job dispatches.
@@ -81,6 +81,10 @@ impl Handler for JobHandler {
             // Shutting down: leave the job to another worker at once.
             return Outcome::Retry(Duration::ZERO);
         }
+        // A new job's first delivery opens the job: its workspace context is read while the
+        // claim is made, not after (a hop off the path to the first LLM call).
+        let early = (dispatch.attempt == 0)
+            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
         let claimed = match self.claim(&dispatch, delivery.is_last_attempt()).await {
             Ok(claimed) => claimed,
             Err(outcome) => return outcome,
@@ -91,7 +95,7 @@ impl Handler for JobHandler {
             job_id = %claimed.job_id,
             attempt = claimed.attempt
         );
-        self.run_claimed(claimed, delivery.is_last_attempt())
+        self.run_claimed(claimed, delivery.is_last_attempt(), early)
             .instrument(span)
             .await
     }
@@ -111,7 +115,12 @@ impl Handler for JobHandler {
 }
 
 impl JobHandler {
-    async fn run_claimed(&self, claimed: Claimed, last: bool) -> Outcome {
+    async fn run_claimed(
+        &self,
+        claimed: Claimed,
+        last: bool,
+        early: Option<EarlyContext>,
+    ) -> Outcome {
         tracing::info!(worker_id = %self.deps.settings.worker_id, "job claimed");
         let lost = CancellationToken::new();
         let fence = Fence {
@@ -138,7 +147,7 @@ impl JobHandler {
             last,
             interjections,
         };
-        let result = agent::run(&self.deps, &claimed, delivery).await;
+        let result = agent::run(&self.deps, &claimed, delivery, early).await;
         keeper.abort();
         match result {
             Ok(JobEnd::Succeeded | JobEnd::Fenced | JobEnd::Paused) => Outcome::Done,

@@ -14,6 +14,7 @@ use maestro_domain::piece::Piece;
 use maestro_domain::tools::{
     self, McpListReply, McpListRequest, McpTarget, ToolExecRequest, ToolSpec, WorkspaceContext,
 };
+use maestro_domain::{JobId, TaskId};
 
 use super::context::Shared;
 use crate::tool_client;
@@ -49,16 +50,16 @@ pub(super) async fn tools(
 /// indexes, the lessons — read in one tool-runner call (the worker has no access to
 /// workspaces), when the policy lets the job read files. Nothing when that fails: the job
 /// starts without it.
-pub(super) async fn workspace_context(shared: &Shared, claim: &Claimed) -> WorkspaceContext {
+async fn workspace_context(shared: &Shared, workspace: TaskId, job_id: JobId) -> WorkspaceContext {
     let probe = serde_json::json!({"path": "AGENTS.md"});
     if shared.policy.refusal("read_file", &probe, &[]).is_some() {
         return WorkspaceContext::default();
     }
     let request = ToolExecRequest {
-        task_id: claim.workspace_id,
-        job_id: claim.job_id,
+        task_id: workspace,
+        job_id,
         call_id: "workspace_context".to_owned(),
-        operation_id: format!("{}/workspace_context", claim.job_id),
+        operation_id: format!("{job_id}/workspace_context"),
         tool: tools::WORKSPACE_CONTEXT.to_owned(),
         arguments: serde_json::json!({}),
         timeout_ms: 5_000,
@@ -78,6 +79,44 @@ pub(super) async fn workspace_context(shared: &Shared, claim: &Claimed) -> Works
             tracing::warn!(error = %e, "cannot read the workspace context; the job starts without it");
             WorkspaceContext::default()
         }
+    }
+}
+
+/// The workspace context of a new job, read while the claim is being made (a read, so a claim
+/// that fails wastes nothing but the read): a task works in its own workspace unless it is a
+/// subtask, and the claim says which.
+#[derive(Debug)]
+pub struct EarlyContext {
+    workspace: TaskId,
+    read: tokio::task::JoinHandle<WorkspaceContext>,
+}
+
+impl EarlyContext {
+    /// Start reading task `task_id`'s own workspace context for job `job_id`.
+    pub fn start(shared: &Shared, task_id: TaskId, job_id: JobId) -> Self {
+        let shared = shared.clone();
+        let read = tokio::spawn(async move { workspace_context(&shared, task_id, job_id).await });
+        Self {
+            workspace: task_id,
+            read,
+        }
+    }
+
+    /// The context `claim` opens with: the early read's when it was of the claim's workspace.
+    pub async fn take(early: Option<Self>, shared: &Shared, claim: &Claimed) -> WorkspaceContext {
+        match early {
+            Some(mut early) if early.workspace == claim.workspace_id => {
+                (&mut early.read).await.unwrap_or_default()
+            }
+            _ => workspace_context(shared, claim.workspace_id, claim.job_id).await,
+        }
+    }
+}
+
+/// A read nobody takes (the claim failed, or the job resumes) is stopped.
+impl Drop for EarlyContext {
+    fn drop(&mut self) {
+        self.read.abort();
     }
 }
 

@@ -41,14 +41,20 @@ use maestro_db::claims::Claimed;
 use maestro_db::jobs::Fence;
 use maestro_domain::piece;
 
+pub use catalog::EarlyContext;
 pub use context::{Delivery, JobEnd, JobError, Shared};
 
 use approvals::Approvals;
 use run::JobRun;
 
 /// Run a claimed job to its end.
-pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result<JobEnd, JobError> {
-    match run_job(shared, claim, delivery).await {
+pub async fn run(
+    shared: &Shared,
+    claim: &Claimed,
+    delivery: Delivery,
+    early: Option<EarlyContext>,
+) -> Result<JobEnd, JobError> {
+    match run_job(shared, claim, delivery, early).await {
         // The database refused this job's data: the same write would be refused on every
         // attempt, so the job fails now, saying why, instead of retrying.
         Err(JobError::Db(maestro_db::DbError::Rejected(e))) => {
@@ -63,7 +69,12 @@ pub async fn run(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
     }
 }
 
-async fn run_job(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result<JobEnd, JobError> {
+async fn run_job(
+    shared: &Shared,
+    claim: &Claimed,
+    delivery: Delivery,
+    early: Option<EarlyContext>,
+) -> Result<JobEnd, JobError> {
     let fence = Fence {
         job_id: claim.job_id,
         attempt: claim.attempt,
@@ -96,7 +107,7 @@ async fn run_job(shared: &Shared, claim: &Claimed, delivery: Delivery) -> Result
     let pending = match rebuilt.movement.as_deref().and_then(|m| piece.movement(m)) {
         Some(movement) if !rebuilt.messages.is_empty() => run.resume(movement, rebuilt),
         _ => {
-            run.open(continuation).await?;
+            run.open(continuation, early).await?;
             Vec::new()
         }
     };

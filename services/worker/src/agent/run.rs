@@ -19,6 +19,7 @@ use serde_json::value::RawValue;
 
 use super::approvals::Approvals;
 use super::cache::ReadCache;
+use super::catalog::EarlyContext;
 use super::context::{Delivery, JobError, Shared};
 use super::continuation::Continuation;
 use super::gate::CallSite;
@@ -194,7 +195,11 @@ impl<'a> JobRun<'a> {
     /// task's start movement on its first job, else the piece's) and seed the conversation —
     /// on a Continue, with the task's earlier turns replayed between the system message and
     /// the instruction. Committed with the first turn.
-    pub async fn open(&mut self, continuation: Option<Continuation>) -> Result<(), JobError> {
+    pub async fn open(
+        &mut self,
+        continuation: Option<Continuation>,
+        early: Option<EarlyContext>,
+    ) -> Result<(), JobError> {
         let claim = self.claim;
         let override_start = claim
             .resume_movement
@@ -219,7 +224,7 @@ impl<'a> JobRun<'a> {
             }
             _ => None,
         };
-        let workspace = super::catalog::workspace_context(self.shared, claim).await;
+        let workspace = EarlyContext::take(early, self.shared, claim).await;
         self.enter(start, None, None);
         let handoff = continuation.as_ref().map(|_| Handoff {
             instruction: comments.handoff.as_deref().unwrap_or(&claim.instruction),
