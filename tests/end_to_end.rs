@@ -244,6 +244,18 @@ async fn a_task_runs_end_to_end_through_all_five_services() {
     assert_eq!(payload["data"]["task_id"], task_id.as_str());
     assert_eq!(payload["data"]["result"], "Wrote notes/note.txt");
     assert_eq!(payload["data"]["owner"], "alice");
+    let typed: maestro_domain::notification::Notification =
+        serde_json::from_value(payload.clone()).expect("the documented notification shape");
+    assert_eq!(typed.data.status, JobStatus::Succeeded);
+    assert_eq!(typed.data.task_id.to_string(), task_id);
+    assert!(
+        typed.data.event_seq > 0 && typed.data.attempt == 1,
+        "{typed:?}"
+    );
+    assert!(
+        (chrono::Utc::now() - typed.timestamp).num_seconds().abs() < 300,
+        "the timestamp is the event's: {typed:?}"
+    );
 
     let message = tokio::time::timeout(Duration::from_secs(10), notify.next())
         .await

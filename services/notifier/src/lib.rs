@@ -1,6 +1,7 @@
-//! The notifier: turns job state changes and decisions into notifications (an inbox row, a message on
-//! `<prefix>.notify.<type>`) and delivers them to webhook subscriptions, signed per
-//! Standard Webhooks and retried with backoff; delivers A2A push notifications the same way.
+//! The notifier: delivers notifications (recorded with the state change that causes them, as
+//! an inbox row, a message on `<prefix>.notify.<type>` and one pending delivery per webhook
+//! subscription) to webhook subscriptions, signed per Standard Webhooks and retried with
+//! backoff; queues and delivers A2A push notifications the same way.
 
 pub mod a2a_push;
 pub mod config;
@@ -18,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::Settings;
 
-/// Run the consumers (job states, decisions, webhook deliveries) until `shutdown`.
+/// Run the consumers (job states for A2A pushes, webhook and push deliveries) until
+/// `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-notifier").await?;
     let (js, subjects) = (&bus.js, &bus.subjects);
@@ -28,7 +30,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_ack_pending: 1000,
     };
     let states = setup::job_state_consumer(js, subjects, &events_settings).await?;
-    let decisions = setup::decision_consumer(js, subjects, &events_settings).await?;
+    // Decisions' notices are recorded with the decision now (before, this consumer did it).
+    setup::retire_consumer(js, subjects, setup::SIGNALS, "notifier_decisions").await?;
     let hook_settings = ConsumerSettings {
         ack_wait: settings.webhook_timeout * 3,
         max_deliver: settings.webhook_max_attempts,
@@ -77,18 +80,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         name: "a2a_push",
         ..hook_runner.clone()
     };
-    let decision_runner = RunnerConfig {
-        name: "decisions",
-        ..state_runner.clone()
-    };
     maestro_runtime::announce_ready("notifier", None);
     tokio::join!(
-        maestro_messaging::consumer::run(
-            decisions,
-            state_handler.clone(),
-            decision_runner,
-            shutdown.clone()
-        ),
         maestro_messaging::consumer::run(states, state_handler, state_runner, shutdown.clone()),
         maestro_messaging::consumer::run(hooks, hook_handler, hook_runner, shutdown.clone()),
         maestro_messaging::consumer::run(pushes, push_handler, push_runner, shutdown),

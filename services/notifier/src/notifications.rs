@@ -1,68 +1,37 @@
-//! Job state changes (events) and decisions (`decision` signals) → notifications (and A2A pushes, `crate::a2a_push`). For every `job_state` event whose status
-//! is notification-worthy (succeeded, failed, cancelled, waiting for a human — with the items
-//! it waits for) and every `decision` event (`task.decided`) the notifier
-//! records a notification, its webhook deliveries and their outbox rows in one statement,
-//! then acknowledges the event. A redelivered event changes nothing (one notification per
-//! event).
+//! Job state changes → A2A push notifications (`crate::a2a_push`). A task's notifications
+//! themselves (the inbox row, its webhook deliveries and their outbox rows) are written by the
+//! statement that changes the task's state (migration `20261201000015`); what is left here is
+//! queuing the A2A pushes of a `job_state` event the relay marked as an event of a task with
+//! push configs. A redelivered event queues each push once.
 
 use maestro_db::PgPool;
-use maestro_domain::notification::{Notification, NotificationData, NotificationType};
-use maestro_domain::{Event, EventBody, JobStatus, NotificationId};
-use maestro_messaging::payloads::Signal;
+use maestro_domain::{Event, EventBody};
 use maestro_messaging::{Delivery, Handler, Outcome};
 use std::time::Duration;
 
-/// Handles `job_state` and `decision` events.
+/// Handles `job_state` events.
 #[derive(Debug)]
 pub struct JobStateHandler {
     pub pool: PgPool,
-    /// To wake the outbox relay after recording (the notification's outbox rows).
+    /// To wake the outbox relay after queuing (the pushes' outbox rows).
     pub bus: maestro_messaging::Bus,
 }
 
 impl Handler for JobStateHandler {
     async fn handle(&self, delivery: &Delivery) -> Outcome {
-        // Job states come as events; decisions as `decision` signals, with their event.
-        let event = match delivery.json::<Signal>() {
-            Ok(signal) => signal.event,
-            Err(_) => delivery.json::<Event>().ok(),
+        let Ok(event) = delivery.json::<Event>() else {
+            return Outcome::Poison("malformed event".to_owned());
         };
-        let Some(event) = event else {
-            return Outcome::Poison("malformed event or signal".to_owned());
-        };
-        let (kind, change, decision) = match event.body() {
-            Ok(EventBody::JobState(change)) => {
-                if let Err(e) = self.push(delivery, &event).await {
+        match event.body() {
+            Ok(EventBody::JobState(_)) => match self.push(delivery, &event).await {
+                Ok(()) => Outcome::Done,
+                Err(e) => {
                     tracing::warn!(error = %e, "cannot queue A2A pushes; will retry");
-                    return Outcome::Retry(Duration::from_secs(1));
+                    Outcome::Retry(Duration::from_secs(1))
                 }
-                let Some(kind) = NotificationType::for_status(change.status) else {
-                    return Outcome::Done;
-                };
-                (kind, change, None)
-            }
-            Ok(EventBody::Decision(decided)) => {
-                // The job's state right after the decision.
-                let status = decided
-                    .status
-                    .unwrap_or(match (decided.kind, decided.resumed) {
-                        (maestro_domain::WaitReason::Ask, _) => JobStatus::Succeeded,
-                        (_, true) => JobStatus::Queued,
-                        (_, false) => JobStatus::WaitingHuman,
-                    });
-                let change = maestro_domain::JobStateChange::new(status, 0);
-                let payload = serde_json::to_value(&decided).ok();
-                (NotificationType::TaskDecided, change, payload)
-            }
-            Ok(_) => return Outcome::Done,
-            Err(e) => return Outcome::Poison(format!("malformed event payload: {e}")),
-        };
-        match self.record(&event, kind, change, decision).await {
-            Ok(()) => Outcome::Done,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot record a notification; will retry");
-                Outcome::Retry(Duration::from_secs(1))
-            }
+            },
+            Ok(_) => Outcome::Done,
+            Err(e) => Outcome::Poison(format!("malformed event payload: {e}")),
         }
     }
 
@@ -89,47 +58,6 @@ impl JobStateHandler {
                 .after_commit(maestro_messaging::AfterCommit::events())
                 .await;
             tracing::info!(task_id = %event.task_id, seq = event.seq, queued, "A2A pushes queued");
-        }
-        Ok(())
-    }
-
-    async fn record(
-        &self,
-        event: &Event,
-        kind: NotificationType,
-        change: maestro_domain::JobStateChange,
-        decision: Option<serde_json::Value>,
-    ) -> anyhow::Result<()> {
-        let notification = Notification {
-            kind,
-            timestamp: event.created_at,
-            data: NotificationData {
-                notification_id: NotificationId::new(),
-                task_id: event.task_id,
-                job_id: event.job_id,
-                // Filled in from the task by the statement that records it.
-                owner: String::new(),
-                status: change.status,
-                attempt: change.attempt,
-                event_seq: event.seq,
-                result: change.result,
-                error: change.error,
-                wait_reason: change.wait_reason,
-                required_actions: change.required_actions,
-                decision,
-                schedule_id: None,
-            },
-        };
-        let recorded = maestro_db::webhooks::record_notification(&self.pool, &notification).await?;
-        if recorded.created {
-            let after = maestro_messaging::AfterCommit::events();
-            self.bus.after_commit(after).await;
-            tracing::info!(
-                task_id = %event.task_id,
-                kind = kind.as_str(),
-                deliveries = recorded.deliveries,
-                "notification recorded"
-            );
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Webhook subscriptions, the notification inbox and webhook deliveries.
 
 use chrono::{DateTime, Utc};
-use maestro_domain::notification::{Notification, NotificationType};
+use maestro_domain::notification::NotificationType;
 use maestro_domain::webhook::DeliveryStatus;
 use maestro_domain::{DeliveryId, NotificationId, Owner, WebhookId};
 use sqlx::PgPool;
@@ -94,75 +94,6 @@ pub async fn delete(pool: &PgPool, owner: &Owner, id: WebhookId) -> Result<bool,
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
-}
-
-/// What recording a notification did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded {
-    /// False when this event's notification already existed (a redelivered event).
-    pub created: bool,
-    /// Webhook deliveries queued.
-    pub deliveries: i64,
-}
-
-/// Record a notification in the owner's inbox and, in the same statement, one pending
-/// delivery per matching subscription plus the outbox rows that publish the notification on
-/// its type's subject and each delivery on the deliveries subject (topics `notification` and
-/// `webhook_delivery`). Recording the same event twice
-/// changes nothing. The owner is the task's, read by the same statement (`data.owner` of
-/// the notification is filled in from it); a task that no longer exists gets nothing.
-pub async fn record_notification(
-    pool: &PgPool,
-    notification: &Notification,
-) -> Result<Recorded, DbError> {
-    let data = &notification.data;
-    let payload =
-        serde_json::to_value(notification).map_err(|e| DbError::Corrupt(e.to_string()))?;
-    let row = sqlx::query!(
-        r#"
-        WITH t AS (
-            SELECT owner, schedule_id FROM tasks WHERE id = $3
-        ), n AS (
-            INSERT INTO notifications (id, owner, kind, task_id, job_id, event_seq, payload)
-            SELECT $1, t.owner, $2, $3, $4, $5,
-                   jsonb_set($6, '{data,owner}', to_jsonb(t.owner))
-                   || CASE WHEN t.schedule_id IS NULL THEN '{}'::jsonb
-                      ELSE jsonb_build_object('data', ($6 -> 'data')
-                           || jsonb_build_object('owner', t.owner, 'schedule_id', t.schedule_id))
-                      END
-              FROM t
-            ON CONFLICT (task_id, event_seq) DO NOTHING
-            RETURNING id, owner, payload
-        ), d AS (
-            INSERT INTO webhook_deliveries (id, subscription_id, notification_id, status)
-            SELECT gen_random_uuid(), s.id, n.id, 'pending'
-              FROM n JOIN webhook_subscriptions s
-                ON s.owner = n.owner AND s.deleted_at IS NULL AND s.disabled_at IS NULL
-               AND $2 = ANY (s.event_types)
-            RETURNING id
-        ), o AS (
-            INSERT INTO outbox (topic, kind, msg_id, payload)
-            SELECT 'webhook_delivery', NULL, 'delivery:' || d.id,
-                   jsonb_build_object('delivery_id', d.id)
-              FROM d
-            UNION ALL
-            SELECT 'notification', $2, 'notification:' || n.id, n.payload FROM n
-        )
-        SELECT (SELECT count(*) FROM n) AS "created!", (SELECT count(*) FROM d) AS "deliveries!"
-        "#,
-        data.notification_id.0,
-        notification.kind.as_str(),
-        data.task_id.0,
-        data.job_id.0,
-        data.event_seq,
-        payload,
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok(Recorded {
-        created: row.created > 0,
-        deliveries: row.deliveries,
-    })
 }
 
 /// A delivery to attempt, with everything needed to send it.

@@ -222,7 +222,7 @@ pub async fn jobs_consumer(
     .await
 }
 
-/// The durable consumer the notifier reads job state changes from.
+/// The durable consumer the notifier reads job state changes from (to queue A2A pushes).
 pub async fn job_state_consumer(
     js: &jetstream::Context,
     subjects: &Subjects,
@@ -239,22 +239,33 @@ pub async fn job_state_consumer(
     .await
 }
 
-/// The durable consumer the notifier reads people's decisions on paused jobs from: the
-/// `decision` signals (each carries the event behind it).
-pub async fn decision_consumer(
+/// Remove durable consumer `name` of `stream` that an earlier version created and nothing
+/// reads any more (absent: nothing to do).
+pub async fn retire_consumer(
     js: &jetstream::Context,
     subjects: &Subjects,
-    settings: &ConsumerSettings,
-) -> Result<consumer::PullConsumer, SetupError> {
-    let filter = format!("{}.signals.*.decision", subjects.prefix());
-    ensure_consumer(
-        js,
-        &subjects.stream(SIGNALS),
-        "notifier_decisions",
-        filter,
-        settings,
-    )
-    .await
+    stream: &str,
+    name: &str,
+) -> Result<(), SetupError> {
+    let stream_name = subjects.stream(stream);
+    let stream = js
+        .get_stream(&stream_name)
+        .await
+        .map_err(|e| SetupError::Stream {
+            name: stream_name,
+            source: e.into(),
+        })?;
+    if stream.consumer_info(name).await.is_ok() {
+        stream
+            .delete_consumer(name)
+            .await
+            .map_err(|e| SetupError::Consumer {
+                name: name.to_owned(),
+                source: e.into(),
+            })?;
+        tracing::info!(consumer = name, "retired a consumer nothing reads any more");
+    }
+    Ok(())
 }
 
 /// The durable consumer the notifier attempts webhook deliveries from.
