@@ -195,7 +195,8 @@ async fn conversation(stack: &Stack, m: usize) -> anyhow::Result<Conversation> {
         .subscribe(format!("{}.events.*.job_state", stack.prefix))
         .await?;
     nats.flush().await?;
-    let body = |i: usize| json!({"instruction": format!("conversation of {m} #{i}"), "piece": "long"});
+    let body =
+        |i: usize| json!({"instruction": format!("conversation of {m} #{i}"), "piece": "long"});
     stack.run(&body(0)).await;
     let jobs = (1000 / m).max(2);
     let llm_pid = stack.llm.process.pid();
