@@ -140,6 +140,10 @@ async fn delegated_subtasks_run_in_parallel_and_answer_their_calls() {
         "from a",
         "the child wrote into its parent's workspace"
     );
+    assert!(
+        !stack.workspace(a.id).exists() && !stack.workspace(b.id).exists(),
+        "a subtask gets no workspace directory of its own"
+    );
 
     // What the parent's model saw when it resumed: each call answered by its child, the
     // early `complete` refused, then the notice; and the child's file.

@@ -22,6 +22,18 @@ impl Server {
         let span = tracing::Span::current();
         span.record("tool", request.tool.as_str());
         span.record("task_id", tracing::field::display(request.task_id));
+        // Reading a workspace's context creates nothing: a workspace that does not exist yet
+        // has none (and a worker may ask, while claiming a new job, for a subtask's own
+        // workspace, which the subtask then does not use).
+        if request.tool == maestro_domain::tools::WORKSPACE_CONTEXT
+            && !Workspace::exists(&self.settings.workspaces_dir, request.task_id)
+        {
+            return ToolExecReply {
+                ok: true,
+                output: "{}".to_owned(),
+                not_run: false,
+            };
+        }
         let owner = self.toolbox.sandbox.run_as;
         let workspace = match Workspace::open(&self.settings.workspaces_dir, request.task_id, owner)
         {

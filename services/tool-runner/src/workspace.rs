@@ -41,6 +41,11 @@ impl Workspace {
         })
     }
 
+    /// Whether task `task_id`'s workspace directory exists under `root`.
+    pub fn exists(root: &Path, task_id: TaskId) -> bool {
+        root.join(task_id.to_string()).is_dir()
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
