@@ -80,8 +80,7 @@ BEGIN
 END;
 $$;
 
--- Triggers fire in name order: the event's own outbox row (events_to_outbox) comes first.
-CREATE TRIGGER events_to_outbox_notice AFTER INSERT ON events
+CREATE TRIGGER events_to_notices AFTER INSERT ON events
     FOR EACH ROW
     WHEN (NEW.kind = 'decision'
           OR (NEW.kind = 'job_state'
