@@ -2,7 +2,8 @@
 -- the task's state, not afterwards by the notifier: one commit fewer per job (issue 22), and
 -- a notice can no longer lag behind its event or be missed. The trigger writes what the
 -- notifier's statement wrote: the inbox row, one pending delivery per webhook subscription of
--- the owner that wants the type, and the outbox rows that publish both. The payload has the
+-- the owner that wants the type, and the outbox rows that publish both (`publish_notice`,
+-- which `record_notice` now shares). The payload has the
 -- `{type, timestamp, data}` shape of `maestro_domain::notification::Notification` (a test
 -- reads it back into that type).
 --
@@ -16,6 +17,43 @@ CREATE FUNCTION uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS $$
     SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
                                           PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
                                           FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
+$$;
+
+-- What follows a recorded notification, wherever it was recorded: one pending delivery per
+-- webhook subscription of the owner that wants the type, and the outbox rows that publish the
+-- notification on its type's subject and each delivery on the deliveries subject.
+CREATE FUNCTION publish_notice(p_id uuid, p_owner text, p_kind text, p_payload jsonb)
+RETURNS void LANGUAGE sql AS $$
+    WITH d AS (
+        INSERT INTO webhook_deliveries (id, subscription_id, notification_id, status)
+        SELECT gen_random_uuid(), s.id, p_id, 'pending'
+          FROM webhook_subscriptions s
+         WHERE s.owner = p_owner AND s.deleted_at IS NULL AND s.disabled_at IS NULL
+           AND p_kind = ANY (s.event_types)
+        RETURNING id
+    )
+    INSERT INTO outbox (topic, kind, msg_id, payload)
+    SELECT 'webhook_delivery', NULL, 'delivery:' || d.id, jsonb_build_object('delivery_id', d.id)
+      FROM d
+    UNION ALL
+    SELECT 'notification', p_kind, 'notification:' || p_id, p_payload
+$$;
+
+-- A notice that is not about a task event (`schedule.*`, `webhook.disabled`), once per
+-- `p_dedup` (as in migration 0013, now through `publish_notice`).
+CREATE OR REPLACE FUNCTION record_notice(p_id uuid, p_owner text, p_kind text, p_payload jsonb,
+                                         p_dedup text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO notifications (id, owner, kind, payload, dedup_key)
+    VALUES (p_id, p_owner, p_kind, p_payload, p_dedup)
+    ON CONFLICT (dedup_key) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM publish_notice(p_id, p_owner, p_kind, p_payload);
+    RETURN true;
+END;
 $$;
 
 CREATE FUNCTION events_to_notices() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -63,19 +101,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    WITH d AS (
-        INSERT INTO webhook_deliveries (id, subscription_id, notification_id, status)
-        SELECT gen_random_uuid(), s.id, notice_id, 'pending'
-          FROM webhook_subscriptions s
-         WHERE s.owner = task.owner AND s.deleted_at IS NULL AND s.disabled_at IS NULL
-           AND notice_kind = ANY (s.event_types)
-        RETURNING id
-    )
-    INSERT INTO outbox (topic, kind, msg_id, payload)
-    SELECT 'webhook_delivery', NULL, 'delivery:' || d.id, jsonb_build_object('delivery_id', d.id)
-      FROM d
-    UNION ALL
-    SELECT 'notification', notice_kind, 'notification:' || notice_id, payload;
+    PERFORM publish_notice(notice_id, task.owner, notice_kind, payload);
     RETURN NULL;
 END;
 $$;
