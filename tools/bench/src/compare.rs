@@ -85,6 +85,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     wait_for_port(port).await?;
     let llm_url = format!("http://127.0.0.1:{port}/v1");
 
+    quiet_machine().await?;
     let levels: Vec<usize> = std::iter::once(1).chain(args.levels.clone()).collect();
     let mut rows = Vec::new();
     {
@@ -180,6 +181,23 @@ fn print(rows: &[Row]) {
             cell(best, true)
         );
     }
+}
+
+/// CPU per job counts every process on the machine: say so when something else is busy (a
+/// build, another benchmark) before the figures are taken.
+async fn quiet_machine() -> anyhow::Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let before = crate::reference::cpu_busy_ms()?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let busy = (crate::reference::cpu_busy_ms()? - before) as f64 / (2000.0 * cores);
+    if busy > 0.1 {
+        eprintln!(
+            "warning: the machine was {:.0} % busy before the runs; throughput and CPU per job \
+             will be off (stop other work and run again)",
+            busy * 100.0
+        );
+    }
+    Ok(())
 }
 
 fn free_port() -> anyhow::Result<u16> {
