@@ -475,3 +475,102 @@ async fn the_stack_rides_out_a_postgres_restart_even_mid_job() {
         .wait_within(after.id(), &[JobStatus::Succeeded], WAIT)
         .await;
 }
+
+/// Claims made together (the worker's claimer puts the claims that wait into one statement):
+/// each claimable job is taken once, with its own `running` event at its task's next seq; a
+/// job that is missing or already held is left out; a lease that ran out is taken over with
+/// the next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_made_together_take_each_job_once_with_its_own_event() {
+    use maestro_db::claims;
+    use maestro_db::tasks::{self, NewTask};
+    use maestro_domain::{JobId, Owner, TaskId};
+
+    let db = maestro_testkit::TestDb::create().await.expect("db");
+    let pool = &db.pool;
+    let owner = Owner::parse("alice").expect("owner");
+    let mut jobs = Vec::new();
+    for n in 0..3 {
+        let (task_id, job_id) = (TaskId::new(), JobId::new());
+        let instruction = format!("job {n}");
+        let new = NewTask {
+            id: task_id,
+            job_id,
+            owner: &owner,
+            instruction: &instruction,
+            piece: "chat",
+            start_movement: None,
+            model: None,
+            idempotency_key: None,
+            request_hash: "h",
+            profile: "default",
+            max_attempts: 3,
+            context_id: None,
+            message_id: None,
+            push: None,
+        };
+        tasks::create(pool, &new)
+            .await
+            .expect("create")
+            .expect("new");
+        jobs.push((task_id, job_id, instruction));
+    }
+    let (first, rest) = (jobs[0].1, [jobs[1].1, jobs[2].1]);
+    let held = claims::claim(pool, first, "w1", Duration::from_secs(60))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    assert_eq!(held.attempt, 1);
+
+    let mut asked = vec![first, JobId::new()];
+    asked.extend(rest);
+    let together = claims::claim_many(pool, &asked, "w2", Duration::ZERO)
+        .await
+        .expect("claims");
+    let mut taken: Vec<JobId> = together.iter().map(|c| c.job_id).collect();
+    taken.sort();
+    let mut expected = rest.to_vec();
+    expected.sort();
+    assert_eq!(
+        taken, expected,
+        "the held job and the missing one are left out"
+    );
+    for claimed in &together {
+        let (task_id, _, instruction) = jobs
+            .iter()
+            .find(|(_, j, _)| *j == claimed.job_id)
+            .expect("ours");
+        assert_eq!(
+            (&claimed.task_id, &claimed.instruction),
+            (task_id, instruction),
+            "each claim reads its own task"
+        );
+        assert_eq!((claimed.attempt, claimed.claim_seq), (1, 2), "{claimed:?}");
+        let running: (i64, String) = sqlx::query_as(
+            "SELECT seq, payload->>'worker_id' FROM events
+              WHERE task_id = $1 AND kind = 'job_state' AND payload->>'status' = 'running'",
+        )
+        .bind(task_id.0)
+        .fetch_one(pool)
+        .await
+        .expect("the running event");
+        assert_eq!(running, (2, "w2".to_owned()));
+    }
+
+    // Their leases ran out at once: taken over together, as the next attempt.
+    let again = claims::claim_many(pool, &rest, "w3", Duration::from_secs(60))
+        .await
+        .expect("claims");
+    assert_eq!(again.len(), 2);
+    assert!(
+        again.iter().all(|c| c.attempt == 2 && c.claim_seq == 3),
+        "{again:?}"
+    );
+    assert!(
+        claims::claim_many(pool, &rest, "w4", Duration::from_secs(60))
+            .await
+            .expect("claims")
+            .is_empty(),
+        "held jobs are not taken"
+    );
+}

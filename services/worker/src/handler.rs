@@ -35,9 +35,8 @@ impl JobHandler {
 
     /// Claim the job, or say what to do with the message instead.
     async fn claim(&self, dispatch: &JobDispatch, last: bool) -> Result<Claimed, Outcome> {
-        let worker_id = &self.deps.settings.worker_id;
         let pool = &self.deps.pool;
-        let claimed = claims::claim(pool, dispatch.job_id, worker_id, self.lease()).await;
+        let claimed = self.deps.claimer.claim(dispatch.job_id).await;
         let not_claimed = match claimed {
             Ok(Some(claimed)) => {
                 // The claim wrote the `running` event.

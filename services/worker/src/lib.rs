@@ -4,6 +4,7 @@
 //! dispatch only after the job's new state is committed.
 
 pub mod agent;
+pub mod claimer;
 pub mod config;
 pub mod conversation;
 pub mod deltas;
@@ -18,6 +19,9 @@ use maestro_messaging::RunnerConfig;
 use maestro_messaging::setup::{self, ConsumerSettings};
 use maestro_runtime::Infra;
 use tokio_util::sync::CancellationToken;
+
+/// Claims that wait together are made in one statement, this many at the most.
+const CLAIMS_PER_STATEMENT: usize = 32;
 
 pub use config::Settings;
 
@@ -63,6 +67,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let catalog = Arc::new(settings.catalog.clone());
     let signals = signals::Signals::default();
     tokio::spawn(signals.clone().listen(bus.clone(), shutdown.clone()));
+    let claimer = claimer::Claimer::start(
+        pool.clone(),
+        claimer::ClaimSettings {
+            worker_id: settings.worker_id.clone(),
+            lease: settings.ack_wait,
+            most: CLAIMS_PER_STATEMENT,
+        },
+    );
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         bus,
@@ -74,6 +86,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         operations,
         mcp_tools: Default::default(),
         signals,
+        claimer,
     }));
     maestro_runtime::announce_ready("worker", None);
     maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;

@@ -136,7 +136,20 @@ pub async fn claim(
     worker_id: &str,
     lease: Duration,
 ) -> Result<Option<Claimed>, DbError> {
-    let row = sqlx::query_as!(
+    let mut claimed = claim_many(pool, &[job_id], worker_id, lease).await?;
+    Ok(claimed.pop())
+}
+
+/// [`claim`] several jobs in one statement (one commit): those that can be taken are, each
+/// as [`claim`] would; the rest are left out of the answer.
+pub async fn claim_many(
+    pool: &PgPool,
+    job_ids: &[JobId],
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Vec<Claimed>, DbError> {
+    let ids: Vec<uuid::Uuid> = job_ids.iter().map(|id| id.0).collect();
+    let rows = sqlx::query_as!(
         Row,
         r#"
         WITH j AS (
@@ -146,7 +159,7 @@ pub async fn claim(
                    started_at = COALESCE(started_at, now()), next_retry_at = NULL,
                    wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now(),
                    redispatches = 0
-             WHERE id = $1
+             WHERE id = ANY($1)
                AND (status = 'queued'
                     OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
                     OR (status = 'running' AND lease_expires_at < now()))
@@ -164,7 +177,7 @@ pub async fn claim(
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
                    jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
-              FROM j, t
+              FROM j JOIN t ON t.id = j.task_id
         )
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
                j.resume_movement AS "resume_movement?", j.resume_question AS "resume_question?", j.ask_count, j.pending_interjections,
@@ -180,15 +193,15 @@ pub async fn claim(
                (SELECT c.message_id FROM comments c
                  WHERE c.task_id = j.task_id AND c.kind = 'instruction' AND t.context_id IS NOT NULL
                  LIMIT 1) AS "message_id?"
-          FROM j, t
+          FROM j JOIN t ON t.id = j.task_id
         "#,
-        job_id.0,
+        &ids,
         worker_id,
         lease.as_secs_f64(),
     )
-    .fetch_optional(pool)
+    .fetch_all(pool)
     .await?;
-    Ok(row.map(Claimed::from))
+    Ok(rows.into_iter().map(Claimed::from).collect())
 }
 
 /// A job's status, lease and retry time as they are now (`None`: no such job): why a claim

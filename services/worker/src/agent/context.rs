@@ -66,6 +66,8 @@ pub struct Shared {
     pub mcp_tools: Arc<tokio::sync::Mutex<BTreeMap<String, Vec<ToolSpec>>>>,
     /// Wake-ups for the jobs this worker runs.
     pub signals: crate::signals::Signals,
+    /// Claims jobs, several per statement when several wait.
+    pub claimer: crate::claimer::Claimer,
 }
 
 /// How this job was delivered and what can interrupt it.
