@@ -483,36 +483,14 @@ async fn the_stack_rides_out_a_postgres_restart_even_mid_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_made_together_take_each_job_once_with_its_own_event() {
     use maestro_db::claims;
-    use maestro_db::tasks::{self, NewTask};
-    use maestro_domain::{JobId, Owner, TaskId};
+    use maestro_domain::JobId;
 
     let db = maestro_testkit::TestDb::create().await.expect("db");
     let pool = &db.pool;
-    let owner = Owner::parse("alice").expect("owner");
     let mut jobs = Vec::new();
     for n in 0..3 {
-        let (task_id, job_id) = (TaskId::new(), JobId::new());
         let instruction = format!("job {n}");
-        let new = NewTask {
-            id: task_id,
-            job_id,
-            owner: &owner,
-            instruction: &instruction,
-            piece: "chat",
-            start_movement: None,
-            model: None,
-            idempotency_key: None,
-            request_hash: "h",
-            profile: "default",
-            max_attempts: 3,
-            context_id: None,
-            message_id: None,
-            push: None,
-        };
-        tasks::create(pool, &new)
-            .await
-            .expect("create")
-            .expect("new");
+        let (task_id, job_id) = db.queued_task("alice", &instruction).await.expect("task");
         jobs.push((task_id, job_id, instruction));
     }
     let (first, rest) = (jobs[0].1, [jobs[1].1, jobs[2].1]);

@@ -92,37 +92,13 @@ async fn subtasks_survive_a_killed_worker() {
 async fn starting_a_child_is_idempotent_and_fenced_and_a_pause_ignores_stale_items() {
     use maestro_db::jobs::{self, Transition};
     use maestro_db::subtasks::{self, Inserted, NewSubtask, Parent};
-    use maestro_db::tasks::{self, NewTask};
     use maestro_db::{actions, claims};
-    use maestro_domain::{
-        ActionDetail, ActionStatus, JobId, JobStatus, NewAction, Owner, TaskId, Verdict,
-    };
+    use maestro_domain::{ActionDetail, ActionStatus, JobStatus, NewAction, Verdict};
     use maestro_scheduler::joiner::join;
 
     let db = maestro_testkit::TestDb::create().await.expect("db");
     let pool = &db.pool;
-    let owner = Owner::parse("alice").expect("owner");
-    let (task_id, job_id) = (TaskId::new(), JobId::new());
-    let new = NewTask {
-        id: task_id,
-        job_id,
-        owner: &owner,
-        instruction: "split it",
-        piece: "chat",
-        start_movement: None,
-        model: None,
-        idempotency_key: None,
-        request_hash: "h",
-        profile: "default",
-        max_attempts: 3,
-        context_id: None,
-        message_id: None,
-        push: None,
-    };
-    tasks::create(pool, &new)
-        .await
-        .expect("create")
-        .expect("new");
+    let (task_id, job_id) = db.queued_task("alice", "split it").await.expect("task");
     let lease = Duration::ZERO; // expires at once: the next claim takes over
     let first = claims::claim(pool, job_id, "w1", lease)
         .await

@@ -56,6 +56,39 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// A task of `owner` with its queued first job (as the API creates one, default piece and
+    /// profile, three attempts), written straight to the database: the ids of both.
+    pub async fn queued_task(
+        &self,
+        owner: &str,
+        instruction: &str,
+    ) -> anyhow::Result<(maestro_domain::TaskId, maestro_domain::JobId)> {
+        let owner = maestro_domain::Owner::parse(owner)?;
+        let (id, job_id) = (maestro_domain::TaskId::new(), maestro_domain::JobId::new());
+        let new = maestro_db::tasks::NewTask {
+            id,
+            job_id,
+            owner: &owner,
+            instruction,
+            piece: "chat",
+            start_movement: None,
+            model: None,
+            idempotency_key: None,
+            request_hash: "h",
+            profile: "default",
+            max_attempts: 3,
+            context_id: None,
+            message_id: None,
+            push: None,
+        };
+        maestro_db::tasks::create(&self.pool, &new)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the task was not created"))?;
+        Ok((id, job_id))
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         let admin_url = self.admin_url.clone();
