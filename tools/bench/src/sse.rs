@@ -10,14 +10,15 @@ use serde_json::json;
 const CHUNKS: usize = 400;
 
 pub async fn run(clients: usize) -> anyhow::Result<()> {
+    // Everyone connects during the first turn's delay (3 s, and 3 ms more per client).
+    let delay_ms = 3000 + 3 * clients;
     let scenario = json!({"scenarios": [{"name": "stamped", "turns": [
-        {"delay_ms": 3000, "stamp_chunks": CHUNKS, "chunk_delay_ms": 10,
+        {"delay_ms": delay_ms, "stamp_chunks": CHUNKS, "chunk_delay_ms": 10,
          "tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
     ]}]});
     let options = StackOptions::new(scenario).env("RUST_LOG", "warn");
     let stack = Stack::spawn(options).await?;
     let id = stack.create(&json!({"instruction": "stream"})).await.id();
-    // Everyone connects during the first turn's 3 s delay.
     let mut followers = Vec::with_capacity(clients.saturating_sub(1));
     for _ in 1..clients {
         let mut client = stack.stream(id, None).await;
