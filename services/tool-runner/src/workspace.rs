@@ -29,7 +29,7 @@ impl Workspace {
     /// `<root>/<task_id>`, created if missing and owned by `owner` (the sandbox user) when
     /// given, so sandboxed programs can write in it.
     pub fn open(root: &Path, task_id: TaskId, owner: Option<(u32, u32)>) -> io::Result<Self> {
-        let dir = root.join(task_id.to_string());
+        let dir = Self::dir(root, task_id);
         if !dir.exists() {
             std::fs::create_dir_all(&dir)?;
             if let Some((uid, gid)) = owner {
@@ -43,7 +43,11 @@ impl Workspace {
 
     /// Whether task `task_id`'s workspace directory exists under `root`.
     pub fn exists(root: &Path, task_id: TaskId) -> bool {
-        root.join(task_id.to_string()).is_dir()
+        Self::dir(root, task_id).is_dir()
+    }
+
+    fn dir(root: &Path, task_id: TaskId) -> PathBuf {
+        root.join(task_id.to_string())
     }
 
     pub fn root(&self) -> &Path {

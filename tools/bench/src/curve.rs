@@ -250,21 +250,8 @@ async fn conversation(stack: &Stack, m: usize) -> anyhow::Result<Conversation> {
 
 /// CPU ms a process has used (0 when it cannot be read).
 fn process_cpu_ms(pid: Option<u32>) -> i64 {
-    let Some(pid) = pid else { return 0 };
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    let Some(close) = stat.rfind(')') else {
-        return 0;
-    };
-    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<i64>().ok())
-            .unwrap_or(0)
-    };
-    (ticks(11) + ticks(12)) * 10
+    pid.and_then(|pid| crate::reference::process_cpu(format!("/proc/{pid}/stat").as_ref()))
+        .map_or(0, |(_, ms)| ms)
 }
 
 fn ms(d: Duration) -> f64 {

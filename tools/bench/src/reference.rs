@@ -379,24 +379,29 @@ fn cpu_by_process() -> HashMap<String, i64> {
         return sums;
     };
     for entry in dir.flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid … utime stime: fields 14 and 15, counted after the `)`.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let name = stat[open + 1..close].to_owned();
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<i64>().ok())
-                .unwrap_or(0)
-        };
-        *sums.entry(name).or_insert(0) += (ticks(11) + ticks(12)) * 10;
+        if let Some((name, ms)) = process_cpu(&entry.path().join("stat")) {
+            *sums.entry(name).or_insert(0) += ms;
+        }
     }
     sums
+}
+
+/// A process's command name and the CPU time (ms) it has used, from its `/proc/<pid>/stat`.
+pub fn process_cpu(stat: &std::path::Path) -> Option<(String, i64)> {
+    let stat = std::fs::read_to_string(stat).ok()?;
+    // pid (comm) state ppid … utime stime: fields 14 and 15, counted after the `)`.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    Some((
+        stat[open + 1..close].to_owned(),
+        (ticks(11) + ticks(12)) * 10,
+    ))
 }
 
 /// Postgres counters: commits in the bench's database (reads included), transactions that
