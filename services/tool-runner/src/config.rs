@@ -25,6 +25,8 @@ pub struct Settings {
     pub sandbox_user: (u32, u32),
     pub limits: Limits,
     pub extra_ro_paths: Vec<PathBuf>,
+    /// `maestro-sandbox-forward`, which programs granted network reach the egress proxy by.
+    pub forwarder: Option<PathBuf>,
     pub streams: maestro_messaging::setup::StreamSettings,
 }
 
@@ -57,6 +59,10 @@ impl Settings {
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from)
                 .collect(),
+            forwarder: match env.string("SANDBOX_FORWARDER", "") {
+                path if path.is_empty() => crate::sandbox::default_forwarder(),
+                path => Some(PathBuf::from(path)),
+            },
             streams: maestro_runtime::env::stream_settings(env)?,
         })
     }

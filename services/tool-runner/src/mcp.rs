@@ -17,7 +17,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::{Mutex, oneshot};
 
 use crate::call::Call;
-use crate::sandbox::{CallCgroups, Invocation, Sandbox};
+use crate::sandbox::{Held, Invocation, Network, Sandbox};
 
 /// The protocol version this client speaks.
 const PROTOCOL: &str = "2025-06-18";
@@ -36,7 +36,7 @@ struct Session {
     alive: tokio_util::sync::CancellationToken,
     last_used: std::sync::Mutex<Instant>,
     _child: Child,
-    _cgroups: Option<CallCgroups>,
+    _held: Held,
 }
 
 /// A session per task (none: a listing) and server configuration.
@@ -62,7 +62,7 @@ impl McpSessions {
         task: Option<TaskId>,
         target: &McpTarget,
         workspace: PathBuf,
-        network: bool,
+        network: Network,
     ) -> Result<Arc<Session>, String> {
         let key = (
             task,
@@ -91,7 +91,7 @@ impl McpSessions {
         sandbox: &Sandbox,
         target: &McpTarget,
         scratch: PathBuf,
-        network: bool,
+        network: Network,
     ) -> Result<Vec<ToolSpec>, String> {
         let session = self
             .session(sandbox, None, target, scratch, network)
@@ -128,7 +128,13 @@ impl McpSessions {
             .ok_or_else(|| format!("{} is not an MCP tool name", call.tool))?;
         let workspace = call.workspace.root().to_path_buf();
         let session = self
-            .session(sandbox, Some(task), target, workspace, call.network)
+            .session(
+                sandbox,
+                Some(task),
+                target,
+                workspace,
+                Network::granted(call.network, &call.allowed_hosts),
+            )
             .await?;
         let params = json!({"name": tool, "arguments": call.arguments});
         let result = session.request("tools/call", params, call.timeout).await?;
@@ -180,7 +186,7 @@ impl Session {
         sandbox: &Sandbox,
         target: &McpTarget,
         workspace: PathBuf,
-        network: bool,
+        network: Network,
     ) -> Result<Self, String> {
         if target.server.command.is_empty() {
             return Err(format!("MCP server {} has no command", target.name));
@@ -196,7 +202,7 @@ impl Session {
             read_only: server.read_only_paths.iter().map(PathBuf::from).collect(),
             ..Invocation::new(workspace, server.command.clone(), Duration::MAX)
         };
-        let (mut child, cgroups) = sandbox
+        let (mut child, held) = sandbox
             .spawn(&invocation, true)
             .map_err(|e| e.to_string())?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
@@ -216,7 +222,7 @@ impl Session {
             alive,
             last_used: std::sync::Mutex::new(Instant::now()),
             _child: child,
-            _cgroups: cgroups,
+            _held: held,
         };
         let params = json!({
             "protocolVersion": PROTOCOL,

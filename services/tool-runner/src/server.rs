@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::Settings;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Network, Sandbox};
 use crate::tools::Toolbox;
 
 /// The queue group all tool-runner instances join.
@@ -86,6 +86,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         settings.limits.clone(),
         settings.sandbox_user,
         settings.extra_ro_paths.clone(),
+        settings.forwarder.clone(),
         &settings.workspaces_dir.join(".sandbox-probe"),
     )
     .await;
@@ -239,7 +240,12 @@ async fn list_mcp(settings: &Settings, toolbox: &Toolbox, payload: &[u8]) -> Mcp
     }
     match toolbox
         .mcp
-        .list(&toolbox.sandbox, &request.target, scratch, request.network)
+        .list(
+            &toolbox.sandbox,
+            &request.target,
+            scratch,
+            Network::granted(request.network, &request.allowed_hosts),
+        )
         .await
     {
         Ok(tools) => McpListReply { tools, error: None },
@@ -252,6 +258,7 @@ fn report(sandbox: &Sandbox) {
         (None, None) => tracing::info!(
             run_as = ?sandbox.run_as,
             cgroups = sandbox.cgroups.is_some(),
+            egress = ?sandbox.forwarder,
             "sandbox ready: bubblewrap for programs, Landlock for file tools"
         ),
         (programs, files) => tracing::error!(
@@ -259,5 +266,11 @@ fn report(sandbox: &Sandbox) {
             files = files.as_deref().unwrap_or("ok"),
             "sandbox incomplete: the affected tools will refuse to run (fail closed)"
         ),
+    }
+    if sandbox.forwarder.is_none() {
+        tracing::error!(
+            "no maestro-sandbox-forward (SANDBOX_FORWARDER): programs granted network will \
+             refuse to run (fail closed)"
+        );
     }
 }

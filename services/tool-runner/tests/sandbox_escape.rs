@@ -38,6 +38,7 @@ async fn harness() -> Harness {
         limits,
         (65534, 65534),
         Vec::new(),
+        Some(env!("CARGO_BIN_EXE_maestro-sandbox-forward").into()),
         &dir.path().join(".probe"),
     )
     .await;
@@ -66,6 +67,18 @@ impl Harness {
         network: bool,
         timeout: Duration,
     ) -> Result<String, String> {
+        self.call_reaching(tool, arguments, network, &[], timeout)
+            .await
+    }
+
+    async fn call_reaching(
+        &self,
+        tool: &str,
+        arguments: Value,
+        network: bool,
+        allowed_hosts: &[&str],
+        timeout: Duration,
+    ) -> Result<String, String> {
         let call = Call {
             tool: tool.to_owned(),
             arguments,
@@ -76,7 +89,7 @@ impl Harness {
             },
             timeout,
             network,
-            allowed_hosts: Vec::new(),
+            allowed_hosts: allowed_hosts.iter().map(|h| h.to_string()).collect(),
             operation_id: "op-test".to_owned(),
             task: TaskId::new(),
             mcp: None,
@@ -232,11 +245,17 @@ async fn the_network_is_closed_unless_granted() {
         listener.accept().is_err(),
         "no connection reached the host's listener"
     );
+    // With network granted, the program still has no way to the host's loopback: its own
+    // namespace has nothing but loopback, where only the egress proxy's forwarder listens.
     let args = json!({"command": connect});
     let granted = h.call("shell", args, true, Duration::from_secs(20)).await;
     assert!(
-        text(&granted).contains("connected"),
-        "with network granted it connects: {granted:?}"
+        granted.is_err() && !text(&granted).contains("connected"),
+        "with network granted the host's loopback is still out of reach: {granted:?}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "no connection reached the host's listener"
     );
     let fetch = h
         .run(
@@ -265,6 +284,103 @@ async fn the_network_is_closed_unless_granted() {
             "{url}: {fetch:?}"
         );
     }
+}
+
+/// A one-line HTTP server on `addr` answering every request with `hello`.
+fn hello_server(addr: &str) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind(addr).expect("listener");
+    let local = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buffer = [0u8; 4096];
+            let _ = stream.read(&mut buffer);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
+    local
+}
+
+/// This host's own non-loopback address (the one it would reach the internet from), if any.
+fn own_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("203.0.113.1:9").ok()?;
+    Some(socket.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback())
+}
+
+#[tokio::test]
+async fn programs_granted_network_reach_only_public_or_listed_hosts() {
+    let h = harness().await;
+    let granted = |command: String, allowed: &'static [&'static str]| {
+        let h = &h;
+        async move {
+            let args = json!({"command": command});
+            h.call_reaching("shell", args, true, allowed, Duration::from_secs(30))
+                .await
+        }
+    };
+    // Through the proxy (plain and tunnelled), every internal range is refused with the
+    // reason; without it there is no route at all.
+    let mut internal = vec![
+        "127.0.0.1:5432".to_owned(),
+        "10.0.0.1:80".to_owned(),
+        "172.16.0.1:80".to_owned(),
+        "192.168.0.1:80".to_owned(),
+        "169.254.169.254:80".to_owned(),
+        "[::1]:4222".to_owned(),
+    ];
+    internal.extend(own_address().map(|ip| std::net::SocketAddr::new(ip, 80).to_string()));
+    for target in &internal {
+        let via_proxy = format!(
+            "curl -sS --max-time 5 --noproxy '' -w ' status=%{{http_code}}' http://{target}/; \
+             curl -sS --max-time 5 --noproxy '' -p http://{target}/ 2>&1; true"
+        );
+        let result = granted(via_proxy, &[]).await;
+        let out = text(&result);
+        assert!(
+            out.contains("internal address") && out.contains("status=403"),
+            "{target} through the proxy: {result:?}"
+        );
+        assert!(
+            out.contains("CONNECT tunnel failed, response 403"),
+            "{target} tunnelled: {result:?}"
+        );
+        let (ip, port) = target.rsplit_once(':').expect("host:port");
+        let direct = format!(
+            "python3 -c \"import socket; socket.create_connection(('{}', {port}), timeout=3); print('connected')\"",
+            ip.trim_matches(['[', ']'])
+        );
+        let result = granted(direct, &[]).await;
+        assert!(
+            result.is_err() && !text(&result).contains("connected"),
+            "{target} directly: {result:?}"
+        );
+    }
+    // A host the policy lists by name is reachable through the proxy, with the tools' usual
+    // proxy variables; everything else is then refused.
+    let server = hello_server("127.0.0.2:0");
+    let fetch = format!(
+        "curl -sS --max-time 5 http://{server}/ && echo && \
+         python3 -c \"import urllib.request; print(urllib.request.urlopen('http://{server}/', timeout=5).read().decode())\" && \
+         curl -sS --max-time 5 -w ' status=%{{http_code}}' http://93.184.216.34/"
+    );
+    let result = granted(fetch, &["127.0.0.2"]).await;
+    let out = text(&result);
+    assert_eq!(
+        out.matches("hello").count(),
+        2,
+        "curl and Python reach the listed host: {result:?}"
+    );
+    assert!(
+        out.contains("not among the hosts") && out.contains("status=403"),
+        "an unlisted host is refused: {result:?}"
+    );
+    // The sandbox's own loopback is its own: a server and its client in one command.
+    let local = "python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & \
+                 for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:8765/ && break; sleep 0.1; done; \
+                 curl -sS -o /dev/null -w 'local=%{http_code}' http://127.0.0.1:8765/";
+    let result = granted(local.to_owned(), &[]).await;
+    assert!(text(&result).contains("local=200"), "{result:?}");
 }
 
 #[tokio::test]

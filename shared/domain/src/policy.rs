@@ -27,7 +27,7 @@ pub struct ToolPolicy {
     /// Whether `http_fetch` and programs may use the network.
     #[serde(default)]
     pub network: bool,
-    /// With network: the hosts `http_fetch` may reach (empty: any).
+    /// With network: the hosts `http_fetch` and programs may reach (empty: any public one).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
     /// Shell commands allowed (patterns with `*`); empty allows any not denied.

@@ -397,7 +397,7 @@ pub struct ToolExecRequest {
     /// The workspace policy grants network access to this call.
     #[serde(default)]
     pub network: bool,
-    /// Hosts `http_fetch` may reach when network is granted (empty: any).
+    /// Hosts `http_fetch` and programs may reach when network is granted (empty: any public one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
     /// The call is in the operation ledger: record its outcome under `operation_id` before
@@ -466,6 +466,9 @@ impl FileError {
 pub struct McpListRequest {
     pub target: McpTarget,
     pub network: bool,
+    /// With network: the hosts the server may reach (empty: any public address).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The tools of an MCP server, or why they cannot be listed.

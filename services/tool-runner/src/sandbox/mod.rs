@@ -4,7 +4,8 @@
 //! - **Programs** (`shell`, MCP servers) run under bubblewrap: new mount, PID, network, IPC,
 //!   UTS and user namespaces; the only writable place is the task's workspace (at
 //!   `/workspace`), the system (`/usr`, a few `/etc` files) is read-only, `/tmp` is a private
-//!   tmpfs; no network unless the policy grants it; all capabilities dropped; an environment of
+//!   tmpfs; no network of their own — with network granted, HTTP(S) through the egress proxy
+//!   to public addresses only (`egress.rs`); all capabilities dropped; an environment of
 //!   a few fixed variables. When the tool-runner runs as root, the program runs as an
 //!   unprivileged user (`SANDBOX_UID`) inside its own cgroups (process count and memory);
 //!   rlimits bound CPU time, open files and file size. Killing it kills the whole tree: the
@@ -18,6 +19,7 @@
 //! that need the missing mechanism answer with an error saying why (fail closed).
 
 mod cgroup;
+pub mod egress;
 mod landlock;
 mod program;
 pub mod seccomp;
@@ -26,7 +28,7 @@ use std::path::PathBuf;
 
 pub use self::landlock::confined;
 pub use cgroup::{CallCgroups, Cgroups};
-pub use program::{Exit, Invocation, ProgramOutput};
+pub use program::{Exit, Held, Invocation, Network, ProgramOutput};
 
 /// Resource limits of one sandboxed program.
 #[derive(Debug, Clone)]
@@ -57,6 +59,19 @@ pub struct Sandbox {
     pub files_unavailable: Option<String>,
     /// The compiled seccomp filter programs run under (`seccomp.rs`).
     pub seccomp: Option<PathBuf>,
+    /// `maestro-sandbox-forward`, the first process of a program granted network; without
+    /// it such programs do not run.
+    pub forwarder: Option<PathBuf>,
+    /// Where the egress proxies' sockets are made.
+    pub egress_dir: PathBuf,
+}
+
+/// `maestro-sandbox-forward`: `SANDBOX_FORWARDER` if set, else next to this executable.
+pub fn default_forwarder() -> Option<PathBuf> {
+    std::env::current_exe()
+        .ok()?
+        .parent()
+        .map(|dir| dir.join("maestro-sandbox-forward"))
 }
 
 /// The effective user id of this process, from `/proc/self/status`.
@@ -75,9 +90,11 @@ impl Sandbox {
         limits: Limits,
         sandbox_user: (u32, u32),
         extra_ro_paths: Vec<PathBuf>,
+        forwarder: Option<PathBuf>,
         probe_dir: &std::path::Path,
     ) -> Self {
         let root = effective_uid() == Some(0);
+        let forwarder = forwarder.filter(|f| f.is_file());
         let mut sandbox = Self {
             bwrap,
             limits,
@@ -87,6 +104,9 @@ impl Sandbox {
             unavailable: None,
             files_unavailable: None,
             seccomp: None,
+            forwarder,
+            egress_dir: std::path::absolute(probe_dir.join("egress"))
+                .unwrap_or_else(|_| probe_dir.join("egress")),
         };
         // No filter, no programs: never a weaker sandbox than documented.
         let filter = std::fs::create_dir_all(probe_dir)

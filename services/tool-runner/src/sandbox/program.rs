@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Sandbox;
 use super::cgroup::CallCgroups;
+use super::egress::{self, Proxy};
 use super::seccomp;
 
 /// System directories that may be symlinks into `/usr` (merged /usr) or real directories.
@@ -43,7 +44,7 @@ pub struct Invocation {
     pub argv: Vec<String>,
     /// Extra environment (the rest is scrubbed).
     pub env: Vec<(String, String)>,
-    pub network: bool,
+    pub network: Network,
     pub timeout: Duration,
     /// Written to the program's stdin, then closed.
     pub stdin: Option<Vec<u8>>,
@@ -59,11 +60,50 @@ impl Invocation {
             workspace: workspace.into(),
             argv,
             env: Vec::new(),
-            network: false,
+            network: Network::None,
             timeout,
             stdin: None,
             read_only: Vec::new(),
         }
+    }
+}
+
+/// What a program may reach over the network.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Network {
+    /// Nothing: its network namespace has only its own loopback.
+    #[default]
+    None,
+    /// HTTP and HTTPS through the egress proxy (`egress.rs`): public addresses, and the hosts
+    /// in `allowed_hosts` by name; with a non-empty list, only those.
+    Egress { allowed_hosts: Vec<String> },
+}
+
+impl Network {
+    /// What a call's policy grants: network or not, and the hosts it lists.
+    pub fn granted(network: bool, allowed_hosts: &[String]) -> Self {
+        if network {
+            Self::Egress {
+                allowed_hosts: allowed_hosts.to_vec(),
+            }
+        } else {
+            Self::None
+        }
+    }
+}
+
+/// What a started program holds: dropping it kills what is left of the program (its cgroups)
+/// and closes its way out (its egress proxy).
+#[derive(Debug, Default)]
+pub struct Held {
+    cgroups: Option<CallCgroups>,
+    _egress: Option<Proxy>,
+}
+
+impl Held {
+    /// Whether the program hit its memory limit (known only with cgroups).
+    pub fn memory_exceeded(&self) -> bool {
+        self.cgroups.as_ref().is_some_and(CallCgroups::memory_exceeded)
     }
 }
 
@@ -108,7 +148,7 @@ impl Sandbox {
         if let Some(reason) = &self.unavailable {
             return Err(ProgramError::Unavailable(reason.clone()));
         }
-        let (mut child, cgroups) = self.spawn(invocation, invocation.stdin.is_some())?;
+        let (mut child, held) = self.spawn(invocation, invocation.stdin.is_some())?;
         if let (Some(data), Some(mut stdin)) = (invocation.stdin.clone(), child.stdin.take()) {
             tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
@@ -133,8 +173,8 @@ impl Sandbox {
             // kernel kills every process left in the PID namespace.
             let _ = child.kill().await;
         }
-        let memory_exceeded = cgroups.as_ref().is_some_and(CallCgroups::memory_exceeded);
-        drop(cgroups);
+        let memory_exceeded = held.memory_exceeded();
+        drop(held);
         let (stdout, out_dropped) = stdout.await.unwrap_or_default();
         let (stderr, err_dropped) = stderr.await.unwrap_or_default();
         Ok(ProgramOutput {
@@ -147,15 +187,30 @@ impl Sandbox {
     }
 
     /// Start a program in the sandbox with piped stdout and stderr (and stdin when asked).
-    /// The cgroups, if any, must live as long as the child: dropping them kills what is left.
+    /// What it holds must live as long as the child: dropping it kills what is left.
     pub fn spawn(
         &self,
         invocation: &Invocation,
         stdin: bool,
-    ) -> Result<(tokio::process::Child, Option<CallCgroups>), ProgramError> {
+    ) -> Result<(tokio::process::Child, Held), ProgramError> {
         if let Some(reason) = &self.unavailable {
             return Err(ProgramError::Unavailable(reason.clone()));
         }
+        let egress = match &invocation.network {
+            Network::None => None,
+            Network::Egress { allowed_hosts } => {
+                if self.forwarder.is_none() {
+                    return Err(ProgramError::Unavailable(
+                        "network egress needs maestro-sandbox-forward (SANDBOX_FORWARDER), \
+                         which is missing"
+                            .to_owned(),
+                    ));
+                }
+                let proxy = Proxy::start(&self.egress_dir, allowed_hosts.clone())
+                    .map_err(|e| ProgramError::Spawn(format!("cannot start the egress proxy: {e}")))?;
+                Some(proxy)
+            }
+        };
         let name = format!("call-{}", uuid::Uuid::new_v4().simple());
         let cgroups = match &self.cgroups {
             Some(cg) => Some(
@@ -164,7 +219,7 @@ impl Sandbox {
             ),
             None => None,
         };
-        let mut command = self.command(invocation, cgroups.as_ref());
+        let mut command = self.command(invocation, cgroups.as_ref(), egress.as_ref());
         command
             .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
@@ -173,11 +228,22 @@ impl Sandbox {
         let child = command
             .spawn()
             .map_err(|e| ProgramError::Spawn(e.to_string()))?;
-        Ok((child, cgroups))
+        Ok((
+            child,
+            Held {
+                cgroups,
+                _egress: egress,
+            },
+        ))
     }
 
     /// `[sh (join cgroups) →] [setpriv (drop to the sandbox user) →] prlimit → bwrap → program`.
-    fn command(&self, invocation: &Invocation, cgroups: Option<&CallCgroups>) -> Command {
+    fn command(
+        &self,
+        invocation: &Invocation,
+        cgroups: Option<&CallCgroups>,
+        egress: Option<&Proxy>,
+    ) -> Command {
         // The launch wrapper: open the seccomp filter on fd 3 for bubblewrap (inherited
         // through setpriv and prlimit), and join the call's cgroups first, so every process
         // the program starts is in them.
@@ -226,7 +292,7 @@ impl Sandbox {
         }
         argv.push("--".to_owned());
         argv.push(self.bwrap.display().to_string());
-        argv.extend(self.bwrap_args(invocation));
+        argv.extend(self.bwrap_args(invocation, egress));
         let mut command = Command::new(&argv[0]);
         // Nothing of the tool-runner leaks in: not its environment, not its working directory.
         command
@@ -238,7 +304,7 @@ impl Sandbox {
         command
     }
 
-    fn bwrap_args(&self, invocation: &Invocation) -> Vec<String> {
+    fn bwrap_args(&self, invocation: &Invocation, egress: Option<&Proxy>) -> Vec<String> {
         let mut args: Vec<String> = [
             "--unshare-all",
             "--die-with-parent",
@@ -251,8 +317,26 @@ impl Sandbox {
         if self.seccomp.is_some() {
             args.extend(["--seccomp".to_owned(), seccomp::FD.to_string()]);
         }
-        if invocation.network {
-            args.push("--share-net".to_owned());
+        // Never `--share-net`: with network granted, the program's namespace still has only
+        // its loopback, where the forwarder listens for the egress proxy.
+        if let (Some(proxy), Some(forwarder)) = (egress, &self.forwarder) {
+            args.extend([
+                "--ro-bind".to_owned(),
+                forwarder.display().to_string(),
+                egress::FORWARDER_INSIDE.to_owned(),
+                "--bind".to_owned(),
+                proxy.path().display().to_string(),
+                egress::SOCKET_INSIDE.to_owned(),
+            ]);
+            let url = format!("http://{}", egress::PROXY_ADDR);
+            for key in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
+                args.extend(["--setenv".to_owned(), key.to_owned(), url.clone()]);
+            }
+            // The sandbox's own loopback stays its own (a server and its client in one
+            // command); the host's is never reachable by these names.
+            for key in ["no_proxy", "NO_PROXY"] {
+                args.extend(["--setenv", key, "localhost,127.0.0.1,::1"].map(str::to_owned));
+            }
         }
         args.extend(["--ro-bind", "/usr", "/usr"].map(str::to_owned));
         for dir in SYSTEM_DIRS {
@@ -302,6 +386,14 @@ impl Sandbox {
             args.extend(["--setenv", "HOME", "/workspace"].map(str::to_owned));
         }
         args.push("--".to_owned());
+        if egress.is_some() {
+            args.extend([
+                egress::FORWARDER_INSIDE.to_owned(),
+                egress::PROXY_ADDR.to_owned(),
+                egress::SOCKET_INSIDE.to_owned(),
+                "--".to_owned(),
+            ]);
+        }
         args.extend(invocation.argv.iter().cloned());
         args
     }

@@ -1,20 +1,21 @@
 //! `http_fetch`: an HTTP request, only when the workspace policy grants network. The call's
 //! operation id goes along as `Idempotency-Key`, so a server can recognise a repeated request.
 //!
-//! It runs in the tool-runner's own network namespace, next to the services, so it never
-//! reaches an internal address — loopback, private, link-local, unique-local, unspecified or
-//! multicast — unless the policy lists that host in `allowed_hosts` by name. The name is
-//! resolved once, checked, and the connection pinned to the checked address (no DNS
-//! rebinding); redirects are not followed (the model sees the 3xx and its `Location` and may
-//! fetch that, through the same checks).
+//! It runs in the tool-runner's own network namespace, next to the services, so it follows the
+//! egress rule programs follow (`sandbox::egress::destination`): never an internal address —
+//! loopback, private, link-local, unique-local, unspecified, multicast or the host's own —
+//! unless the policy lists that host in `allowed_hosts` by name. The name is resolved once,
+//! checked, and the connection pinned to the checked address (no DNS rebinding); redirects
+//! are not followed (the model sees the 3xx and its `Location` and may fetch that, through
+//! the same checks).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
 
 use crate::call::{Call, parse};
+use crate::sandbox::egress;
 
 /// Most bytes of a response body shown.
 const MAX_BODY: usize = 64 * 1024;
@@ -31,31 +32,6 @@ struct FetchArgs {
     body: Option<String>,
 }
 
-/// Whether `ip` is not a public address.
-fn internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                // 100.64.0.0/10, carrier-grade NAT
-                || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64)
-        }
-        IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00 // unique local
-                || (first & 0xffc0) == 0xfe80 // link local
-                || v6.to_ipv4_mapped().is_some_and(|v4| internal(IpAddr::V4(v4)))
-        }
-    }
-}
-
 pub async fn fetch(call: &Call) -> Result<String, String> {
     if !call.network {
         return Err("network access is not granted to this workspace".to_owned());
@@ -66,27 +42,8 @@ pub async fn fetch(call: &Call) -> Result<String, String> {
         return Err("only http and https URLs can be fetched".to_owned());
     }
     let host = url.host_str().unwrap_or_default().to_owned();
-    let listed = call.allowed_hosts.iter().any(|h| h == &host);
-    if !call.allowed_hosts.is_empty() && !listed {
-        return Err(format!(
-            "host {host:?} is not among the hosts this workspace may reach"
-        ));
-    }
     let port = url.port_or_known_default().unwrap_or(80);
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
-        .await
-        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
-        .collect();
-    let Some(addr) = addrs.first().copied() else {
-        return Err(format!("{host:?} resolves to no address"));
-    };
-    if !listed && let Some(internal) = addrs.iter().find(|a| internal(a.ip())) {
-        return Err(format!(
-            "{host:?} is an internal address ({}); a workspace reaches one only when the \
-             policy lists the host in allowed_hosts",
-            internal.ip()
-        ));
-    }
+    let addr = egress::destination(&host, port, &call.allowed_hosts).await?;
     let http = maestro_runtime::http_client()
         .connect_timeout(std::time::Duration::from_secs(10))
         .resolve(&host, addr)
@@ -128,32 +85,5 @@ pub async fn fetch(call: &Call) -> Result<String, String> {
         Ok(text)
     } else {
         Err(text)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn internal_addresses_are_recognised() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "0.0.0.0",
-            "100.64.0.1",
-            "::1",
-            "fd00::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-        ] {
-            assert!(internal(ip.parse().expect("ip")), "{ip}");
-        }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
-            assert!(!internal(ip.parse().expect("ip")), "{ip}");
-        }
     }
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::call::{Call, parse};
-use crate::sandbox::{Exit, Invocation, ProgramOutput, Sandbox};
+use crate::sandbox::{Exit, Invocation, Network, ProgramOutput, Sandbox};
 
 /// Debian's bundle of the system's trusted CAs (visible in the sandbox under `/etc/ssl`).
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -86,7 +86,10 @@ pub async fn install(
                 SYSTEM_CA_BUNDLE.to_owned(),
             ),
         ],
-        network: true,
+        // The registry is a public host: reached through the egress proxy like any other.
+        network: Network::Egress {
+            allowed_hosts: Vec::new(),
+        },
         ..Invocation::new(call.workspace.root(), argv, call.timeout)
     };
     let output = sandbox

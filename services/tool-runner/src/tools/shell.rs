@@ -7,7 +7,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::call::{Call, parse};
-use crate::sandbox::{Exit, Invocation, Sandbox};
+use crate::sandbox::{Exit, Invocation, Network, Sandbox};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +33,7 @@ pub async fn run(
     let argv = vec!["sh".to_owned(), "-c".to_owned(), args.command];
     let invocation = Invocation {
         env: vec![("MAESTRO_OPERATION_ID".to_owned(), call.operation_id.clone())],
-        network: call.network,
+        network: Network::granted(call.network, &call.allowed_hosts),
         ..Invocation::new(call.workspace.root(), argv, timeout)
     };
     let output = sandbox

@@ -155,6 +155,7 @@ async fn mcp_tools(
                 server,
             },
             network: shared.policy.network,
+            allowed_hosts: shared.policy.allowed_hosts.clone(),
         };
         let payload = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
         let message = async_nats::Request::new()
