@@ -74,13 +74,14 @@ fn read_file(ws: &Workspace, args: PathArgs, limits: Limits) -> Result<String, S
         read_regular(&path, limits.max_read_bytes).map_err(|e| io_error(&args.path, e))?;
     let total = total as usize;
     let shown = &bytes[..bytes.len().min(limits.max_read_bytes)];
+    if let Some(kind) = binary_kind(shown, total > shown.len()) {
+        return Ok(describe_binary(&args.path, kind, total));
+    }
     let text = match std::str::from_utf8(shown) {
         Ok(text) => text.to_owned(),
-        // A cut in the middle of a character is fine; anything else is binary.
-        Err(e) if total > limits.max_read_bytes && e.error_len().is_none() => {
-            String::from_utf8_lossy(&shown[..e.valid_up_to()]).into_owned()
-        }
-        Err(_) => return Err(format!("{} is not UTF-8 text", args.path)),
+        // A cut in the middle of a character (the only invalid UTF-8 `binary_kind` lets
+        // through) ends what is shown.
+        Err(e) => String::from_utf8_lossy(&shown[..e.valid_up_to()]).into_owned(),
     };
     if total > limits.max_read_bytes {
         Ok(format!(
@@ -90,6 +91,43 @@ fn read_file(ws: &Workspace, args: PathArgs, limits: Limits) -> Result<String, S
     } else {
         Ok(text)
     }
+}
+
+/// What a file's first bytes say it is, when it is not text: a known format by its magic
+/// bytes, or plain "binary" for anything with a NUL or invalid UTF-8 (but a character cut at
+/// the end of what was read, when there is more).
+fn binary_kind(bytes: &[u8], more: bool) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 12] = [
+        (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+        (b"\xff\xd8\xff", "a JPEG image"),
+        (b"GIF8", "a GIF image"),
+        (b"%PDF-", "a PDF document"),
+        (b"PK\x03\x04", "a ZIP archive (or a docx/xlsx/jar/wheel)"),
+        (b"\x1f\x8b", "gzip-compressed data"),
+        (b"\x7fELF", "an ELF executable or library"),
+        (b"SQLite format 3\0", "an SQLite database"),
+        (b"BZh", "bzip2-compressed data"),
+        (b"\xfd7zXZ\0", "xz-compressed data"),
+        (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+        (b"\0asm", "a WebAssembly module"),
+    ];
+    if let Some((_, kind)) = MAGIC.iter().find(|(magic, _)| bytes.starts_with(magic)) {
+        return Some(kind);
+    }
+    let cut_at_end = |e: std::str::Utf8Error| more && e.error_len().is_none();
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.contains('\0') => None,
+        Err(e) if cut_at_end(e) && !bytes[..e.valid_up_to()].contains(&0) => None,
+        _ => Some("binary data"),
+    }
+}
+
+/// What the model is told instead of a binary file's bytes.
+fn describe_binary(path: &str, kind: &str, total: usize) -> String {
+    format!(
+        "[binary file: {path} is {kind}, {total} bytes; not shown as text. Inspect it with \
+         `shell` (e.g. `file`, `xxd {path} | head`) if its bytes matter.]"
+    )
 }
 
 /// The first `cap` bytes of a regular file and its size. Anything else — a FIFO, a device, a
@@ -481,5 +519,34 @@ mod tests {
         );
         assert!(err("glob", json!({"pattern": "[["})).contains("invalid glob"));
         assert!(err("rm", json!({})).contains("unknown tool"));
+    }
+    #[test]
+    fn binary_files_are_described_not_dumped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::open(dir.path(), TaskId::new(), None).expect("open");
+        let png = [&b"\x89PNG\r\n\x1a\n"[..], &[0u8; 100]].concat();
+        std::fs::write(ws.root().join("logo.png"), &png).expect("write");
+        std::fs::write(ws.root().join("environ"), b"A=1\0B=2\0").expect("write");
+        std::fs::write(ws.root().join("latin1.txt"), b"caf\xe9 au lait").expect("write");
+        std::fs::write(ws.root().join("accent.txt"), "h\u{e9}").expect("write");
+        let read = |path: &str| run(&ws, "read_file", json!({"path": path})).expect("read");
+        assert_eq!(
+            read("logo.png"),
+            "[binary file: logo.png is a PNG image, 108 bytes; not shown as text. Inspect it \
+             with `shell` (e.g. `file`, `xxd logo.png | head`) if its bytes matter.]"
+        );
+        assert!(read("environ").contains("is binary data, 8 bytes"));
+        assert!(read("latin1.txt").contains("is binary data, 12 bytes"));
+        assert_eq!(read("accent.txt"), "h\u{e9}", "UTF-8 text is shown as it is");
+        proptest::proptest!(|(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256))| {
+            std::fs::write(ws.root().join("any"), &bytes).expect("write");
+            let shown = read("any");
+            proptest::prop_assert!(!shown.contains('\0'));
+            if std::str::from_utf8(&bytes).is_ok_and(|t| !t.contains('\0')) {
+                proptest::prop_assert_eq!(shown, String::from_utf8(bytes).expect("utf-8"));
+            } else {
+                proptest::prop_assert!(shown.starts_with("[binary file: any is "));
+            }
+        });
     }
 }
