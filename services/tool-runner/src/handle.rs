@@ -68,7 +68,7 @@ impl Server {
                 (false, output)
             }
         };
-        let output = storable_output(output);
+        let output = maestro_domain::storable::tool_output(output);
         if let Some(operation_id) = &ledgered {
             // Recorded before the answer: a worker that never gets the answer can still learn
             // that the effect happened, and what it produced.
@@ -128,22 +128,6 @@ impl Server {
             mcp: request.mcp,
         }
     }
-}
-
-/// A tool's output as it can be stored and shown: each NUL becomes U+FFFD
-/// (`maestro_domain::storable`), and the model is told how many there were, so the byte count
-/// stays visible (a `/proc` read, a binary file, a program's binary output).
-fn storable_output(output: String) -> String {
-    let nuls = output.matches('\0').count();
-    if nuls == 0 {
-        return output;
-    }
-    let mut shown = maestro_domain::storable::text(&output).into_owned();
-    shown.push_str(&format!(
-        "\n[{nuls} NUL byte(s) in this output are shown as U+FFFD; {} bytes in all]",
-        output.len()
-    ));
-    shown
 }
 
 fn refused(output: String) -> ToolExecReply {

@@ -138,30 +138,36 @@ impl McpSessions {
             .await?;
         let params = json!({"name": tool, "arguments": call.arguments});
         let result = session.request("tools/call", params, call.timeout).await?;
-        let mut text = String::new();
-        for item in result["content"].as_array().cloned().unwrap_or_default() {
-            match item["type"].as_str() {
-                Some("text") => text.push_str(item["text"].as_str().unwrap_or_default()),
-                Some(kind) => text.push_str(&format!("[{kind} content]")),
-                None => {}
-            }
-            text.push('\n');
+        call_outcome(&result)
+    }
+}
+
+/// What the model reads of a `tools/call` result: its text content (other kinds named), or
+/// its structured content; `Err` when the server flags an error.
+pub fn call_outcome(result: &Value) -> Result<String, String> {
+    let mut text = String::new();
+    for item in result["content"].as_array().into_iter().flatten() {
+        match item["type"].as_str() {
+            Some("text") => text.push_str(item["text"].as_str().unwrap_or_default()),
+            Some(kind) => text.push_str(&format!("[{kind} content]")),
+            None => {}
         }
-        if text.is_empty()
-            && let Some(structured) = result.get("structuredContent")
-        {
-            text = structured.to_string();
-        }
-        if result["isError"].as_bool().unwrap_or(false) {
-            Err(text)
-        } else {
-            Ok(text)
-        }
+        text.push('\n');
+    }
+    if text.is_empty()
+        && let Some(structured) = result.get("structuredContent")
+    {
+        text = structured.to_string();
+    }
+    if result["isError"].as_bool().unwrap_or(false) {
+        Err(text)
+    } else {
+        Ok(text)
     }
 }
 
 /// A tool of server `server` as the model sees it; its class comes from the server's hints.
-fn spec(server: &str, tool: &Value) -> ToolSpec {
+pub fn spec(server: &str, tool: &Value) -> ToolSpec {
     let hints = &tool["annotations"];
     let idempotency = if hints["readOnlyHint"].as_bool() == Some(true) {
         Idempotency::ReadOnly
@@ -279,6 +285,21 @@ impl Session {
 /// The largest message an MCP server may send (one JSON-RPC line).
 const MAX_REPLY_BYTES: u64 = 16 * 1024 * 1024;
 
+/// One line a server wrote, if it is the reply to a request: its id and its result, or the
+/// error's message. Any bytes: invalid UTF-8 is read lossily; notifications, requests of the
+/// server's own and lines that are not JSON are `None`.
+pub fn parse_reply(line: &[u8]) -> Option<(u64, Result<Value, String>)> {
+    let message = serde_json::from_str::<Value>(&String::from_utf8_lossy(line)).ok()?;
+    let (Some(id), true) = (message["id"].as_u64(), message.get("method").is_none()) else {
+        return None;
+    };
+    let reply = match message.get("error") {
+        Some(error) => Err(error["message"].as_str().unwrap_or("error").to_owned()),
+        None => Ok(message["result"].clone()),
+    };
+    Some((id, reply))
+}
+
 async fn read_replies(
     mut stdout: BufReader<tokio::process::ChildStdout>,
     pending: Pending,
@@ -300,15 +321,8 @@ async fn read_replies(
             tracing::warn!(server = %name, "an MCP message over {MAX_REPLY_BYTES} bytes; stopping the server");
             break;
         }
-        let Ok(message) = serde_json::from_str::<Value>(&String::from_utf8_lossy(&line)) else {
+        let Some((id, reply)) = parse_reply(&line) else {
             continue;
-        };
-        let (Some(id), true) = (message["id"].as_u64(), message.get("method").is_none()) else {
-            continue;
-        };
-        let reply = match message.get("error") {
-            Some(error) => Err(error["message"].as_str().unwrap_or("error").to_owned()),
-            None => Ok(message["result"].clone()),
         };
         if let Some(tx) = pending.lock().expect("lock").remove(&id) {
             let _ = tx.send(reply);

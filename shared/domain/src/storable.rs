@@ -21,6 +21,22 @@ pub fn text(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// A tool's output as it can be stored and shown: each NUL becomes U+FFFD, and the model is
+/// told how many there were, so the byte count stays visible (a `/proc` read, a program's
+/// binary output).
+pub fn tool_output(output: String) -> String {
+    let nuls = output.matches('\0').count();
+    if nuls == 0 {
+        return output;
+    }
+    let mut shown = text(&output).into_owned();
+    shown.push_str(&format!(
+        "\n[{nuls} NUL byte(s) in this output are shown as U+FFFD; {} bytes in all]",
+        output.len()
+    ));
+    shown
+}
+
 /// Make every string (and key) of `value` storable; how many NULs were replaced.
 pub fn json(value: &mut Value) -> usize {
     match value {

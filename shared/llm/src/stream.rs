@@ -64,6 +64,13 @@ impl ChatStream {
         Self::of(Box::pin(response.bytes_stream()), idle_timeout)
     }
 
+    /// A stream over bytes already in hand, chunk by chunk as a server would have sent them:
+    /// for replaying a recorded answer and for fuzzing the parser.
+    pub fn from_chunks(chunks: Vec<Bytes>) -> Self {
+        let body = futures::stream::iter(chunks.into_iter().map(Ok));
+        Self::of(Box::pin(body), Duration::from_secs(3600))
+    }
+
     fn of(body: ByteStream, idle_timeout: Duration) -> Self {
         Self {
             body,

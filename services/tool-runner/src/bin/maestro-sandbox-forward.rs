@@ -12,11 +12,9 @@ use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(listen), Some(socket), Some("--")) = (
-        args.first(),
-        args.get(1),
-        args.get(2).map(String::as_str),
-    ) else {
+    let (Some(listen), Some(socket), Some("--")) =
+        (args.first(), args.get(1), args.get(2).map(String::as_str))
+    else {
         eprintln!("usage: maestro-sandbox-forward LISTEN SOCKET -- PROGRAM [ARGS...]");
         return ExitCode::from(2);
     };

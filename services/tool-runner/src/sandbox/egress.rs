@@ -67,7 +67,9 @@ pub async fn destination(
     allowed_hosts: &[String],
 ) -> Result<SocketAddr, String> {
     let host = host.trim_matches(['[', ']']);
-    let listed = allowed_hosts.iter().any(|h| h.trim_matches(['[', ']']) == host);
+    let listed = allowed_hosts
+        .iter()
+        .any(|h| h.trim_matches(['[', ']']) == host);
     if !allowed_hosts.is_empty() && !listed {
         return Err(format!(
             "host {host:?} is not among the hosts this workspace may reach"
@@ -154,7 +156,7 @@ async fn serve(listener: UnixListener, allowed: std::sync::Arc<[String]>, stop: 
 
 /// What a client asked the proxy for.
 #[derive(Debug, PartialEq, Eq)]
-enum Request {
+pub enum Request {
     /// `CONNECT host:port`: a tunnel.
     Tunnel { host: String, port: u16 },
     /// An absolute-form plain HTTP request, with its head rewritten for the origin server.
@@ -193,7 +195,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Parse a proxy request head (any bytes: a clear refusal, never a panic).
-fn parse_request(head: &[u8]) -> Result<Request, String> {
+pub fn parse_request(head: &[u8]) -> Result<Request, String> {
     let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
     let mut lines = text.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
@@ -237,7 +239,12 @@ fn parse_request(head: &[u8]) -> Result<Request, String> {
     let mut rewritten = format!("{method} {path} {version}\r\n");
     for line in lines.filter(|l| !l.is_empty()) {
         let name = line.split(':').next().unwrap_or_default().trim();
-        let hop = ["connection", "proxy-connection", "proxy-authorization", "keep-alive"];
+        let hop = [
+            "connection",
+            "proxy-connection",
+            "proxy-authorization",
+            "keep-alive",
+        ];
         if !hop.iter().any(|h| name.eq_ignore_ascii_case(h)) {
             rewritten.push_str(line);
             rewritten.push_str("\r\n");
@@ -277,8 +284,17 @@ async fn connection(mut client: UnixStream, allowed: &[String]) {
     let upstream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await;
     let mut upstream = match upstream {
         Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return refuse(&mut client, 502, &format!("cannot connect to {addr}: {e}")).await,
-        Err(_) => return refuse(&mut client, 504, &format!("{addr} did not answer within 10 s")).await,
+        Ok(Err(e)) => {
+            return refuse(&mut client, 502, &format!("cannot connect to {addr}: {e}")).await;
+        }
+        Err(_) => {
+            return refuse(
+                &mut client,
+                504,
+                &format!("{addr} did not answer within 10 s"),
+            )
+            .await;
+        }
     };
     let started = match request {
         Request::Tunnel { .. } => {

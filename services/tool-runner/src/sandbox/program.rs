@@ -103,7 +103,9 @@ pub struct Held {
 impl Held {
     /// Whether the program hit its memory limit (known only with cgroups).
     pub fn memory_exceeded(&self) -> bool {
-        self.cgroups.as_ref().is_some_and(CallCgroups::memory_exceeded)
+        self.cgroups
+            .as_ref()
+            .is_some_and(CallCgroups::memory_exceeded)
     }
 }
 
@@ -126,6 +128,8 @@ pub struct ProgramOutput {
     pub stderr: String,
     /// Bytes of stdout and stderr produced but not kept.
     pub dropped: usize,
+    /// Bytes kept that were not UTF-8, each sequence shown as U+FFFD.
+    pub invalid_utf8: usize,
     pub memory_exceeded: bool,
 }
 
@@ -175,13 +179,14 @@ impl Sandbox {
         }
         let memory_exceeded = held.memory_exceeded();
         drop(held);
-        let (stdout, out_dropped) = stdout.await.unwrap_or_default();
-        let (stderr, err_dropped) = stderr.await.unwrap_or_default();
+        let (stdout, out_dropped, out_invalid) = stdout.await.unwrap_or_default();
+        let (stderr, err_dropped, err_invalid) = stderr.await.unwrap_or_default();
         Ok(ProgramOutput {
             exit,
             stdout,
             stderr,
             dropped: out_dropped + err_dropped,
+            invalid_utf8: out_invalid + err_invalid,
             memory_exceeded,
         })
     }
@@ -206,8 +211,9 @@ impl Sandbox {
                             .to_owned(),
                     ));
                 }
-                let proxy = Proxy::start(&self.egress_dir, allowed_hosts.clone())
-                    .map_err(|e| ProgramError::Spawn(format!("cannot start the egress proxy: {e}")))?;
+                let proxy = Proxy::start(&self.egress_dir, allowed_hosts.clone()).map_err(|e| {
+                    ProgramError::Spawn(format!("cannot start the egress proxy: {e}"))
+                })?;
                 Some(proxy)
             }
         };
@@ -407,13 +413,15 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 }
 
 /// Keep the first `keep` bytes; count the rest; fire `runaway` past `keep × RUNAWAY_FACTOR`.
+/// The text kept, the bytes dropped, and the bytes kept that were not UTF-8 (each invalid
+/// sequence becomes U+FFFD).
 async fn read_capped(
     reader: Option<impl AsyncRead + Unpin>,
     keep: usize,
     runaway: CancellationToken,
-) -> (String, usize) {
+) -> (String, usize, usize) {
     let Some(mut reader) = reader else {
-        return (String::new(), 0);
+        return (String::new(), 0, 0);
     };
     let mut kept = Vec::new();
     let mut total = 0usize;
@@ -433,5 +441,10 @@ async fn read_capped(
         }
     }
     let dropped = total - kept.len();
-    (String::from_utf8_lossy(&kept).into_owned(), dropped)
+    let invalid = kept.utf8_chunks().map(|chunk| chunk.invalid().len()).sum();
+    (
+        String::from_utf8_lossy(&kept).into_owned(),
+        dropped,
+        invalid,
+    )
 }

@@ -537,7 +537,11 @@ mod tests {
         );
         assert!(read("environ").contains("is binary data, 8 bytes"));
         assert!(read("latin1.txt").contains("is binary data, 12 bytes"));
-        assert_eq!(read("accent.txt"), "h\u{e9}", "UTF-8 text is shown as it is");
+        assert_eq!(
+            read("accent.txt"),
+            "h\u{e9}",
+            "UTF-8 text is shown as it is"
+        );
         proptest::proptest!(|(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256))| {
             std::fs::write(ws.root().join("any"), &bytes).expect("write");
             let shown = read("any");

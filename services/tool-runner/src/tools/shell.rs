@@ -62,6 +62,13 @@ pub async fn run(
             }
         }
     }
+    if output.invalid_utf8 > 0 {
+        let _ = writeln!(
+            text,
+            "[{} byte(s) of the output were not UTF-8 and are shown as U+FFFD]",
+            output.invalid_utf8
+        );
+    }
     if output.dropped > 0 {
         let _ = writeln!(
             text,
