@@ -182,7 +182,8 @@ async fn nul_bytes_in_tool_output_and_model_text_are_stored_and_the_job_goes_on(
         "name": "binary",
         "turns": [
             {"text": "odd \u{0} text", "tool_calls": [
-                {"name": "shell", "arguments": {"command": "printf 'a\\0b\\0c'"}}
+                {"name": "shell", "arguments": {"command": "printf 'a\\0b\\0c'"}},
+                {"name": "shell", "arguments": {"command": "head -c 64 /proc/self/environ; printf 'caf\\351'"}}
             ]},
             {"tool_calls": [{"name": "complete", "arguments": {"result": "read \u{0} it"}}]}
         ]
@@ -202,6 +203,19 @@ async fn nul_bytes_in_tool_output_and_model_text_are_stored_and_the_job_goes_on(
                 .contains("[2 NUL byte(s) in this output are shown as U+FFFD"),
         "the model sees the output and how many NULs it had: {:?}",
         results[0].0
+    );
+    // A /proc read (NUL-separated) and Latin-1 bytes: shown, and both counts told.
+    let proc_read = &results
+        .iter()
+        .find(|(text, _)| text.contains("PATH="))
+        .expect("the /proc read's result")
+        .0;
+    assert!(
+        proc_read.contains("caf\u{FFFD}")
+            && proc_read
+                .contains("[1 byte(s) of the output were not UTF-8 and are shown as U+FFFD]")
+            && proc_read.contains("NUL byte(s) in this output are shown as U+FFFD"),
+        "the model sees the output and what was replaced: {proc_read:?}"
     );
     let said = of_kind(&events, EventKind::Message)
         .find(|e| e.payload["role"] == "assistant")
