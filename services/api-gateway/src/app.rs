@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
-use axum::routing::{delete, get, post, put};
+use axum::routing::get;
 use axum::serve::ListenerExt as _;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
@@ -15,55 +15,117 @@ use crate::config::Settings;
 use crate::routes;
 use crate::state::AppState;
 
+/// The REST API's OpenAPI document: every route registered below through `routes!` is in it
+/// (its path and method come from the handler's `#[utoipa::path]`, so the two cannot drift),
+/// with the bearer scheme and the error shape.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "MAESTRO REST API",
+        description = "Durable agent tasks: create and follow tasks, answer what their jobs \
+                       wait for, comment, continue, schedule, subscribe webhooks. Every error \
+                       is `{\"error\": {\"code\", \"message\"}}`. See docs/api.md.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0")
+    ),
+    // The one route with a wildcard segment: axum spells it `{*path}`, OpenAPI `{path}`.
+    paths(routes::files::get),
+    components(schemas(maestro_api::ErrorBody)),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "tasks", description = "Tasks, their jobs, history and files"),
+        (name = "streams", description = "Live streams (Server-Sent Events)"),
+        (name = "comments", description = "Comments and interjections"),
+        (name = "actions", description = "What paused jobs wait for, and the answers"),
+        (name = "webhooks", description = "Webhook subscriptions and deliveries"),
+        (name = "schedules", description = "Cron schedules of tasks"),
+        (name = "inbox", description = "Notifications and the activity feed"),
+        (name = "health", description = "Liveness and readiness"),
+    )
+)]
+pub struct ApiDoc;
+
+/// `Authorization: Bearer <token>` (`API_TOKENS`).
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some("An API token of API_TOKENS"))
+            .build();
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    }
+}
+
+/// The REST routes and their OpenAPI document.
+pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    use routes::{
+        actions, comments, continues, files, health, history, inbox, schedules, stream, tasks,
+        webhooks,
+    };
+    use utoipa::OpenApi as _;
+    use utoipa_axum::routes;
+    utoipa_axum::router::OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(tasks::create, tasks::list))
+        .routes(routes!(tasks::get))
+        .routes(routes!(history::events))
+        .route("/api/local/tasks/{id}/files/{*path}", get(files::get))
+        .routes(routes!(history::subtasks))
+        .routes(routes!(history::transcript))
+        .routes(routes!(history::pieces))
+        .routes(routes!(stream::task_stream))
+        .routes(routes!(stream::job_stream))
+        .routes(routes!(comments::create, comments::list))
+        .routes(routes!(continues::create))
+        .routes(routes!(comments::cancel))
+        .routes(routes!(actions::list))
+        .routes(routes!(actions::decide))
+        .routes(routes!(actions::decide_tool))
+        .routes(routes!(actions::decide_package))
+        .routes(routes!(actions::put_token))
+        .routes(routes!(webhooks::create, webhooks::list))
+        .routes(routes!(webhooks::delete))
+        .routes(routes!(webhooks::deliveries))
+        .routes(routes!(webhooks::redeliver))
+        .routes(routes!(webhooks::enable))
+        .routes(routes!(schedules::create, schedules::list))
+        .routes(routes!(schedules::get, schedules::update, schedules::delete))
+        .routes(routes!(schedules::pause))
+        .routes(routes!(schedules::resume))
+        .routes(routes!(schedules::run_now))
+        .routes(routes!(schedules::runs))
+        .routes(routes!(inbox::list))
+        .routes(routes!(inbox::stream))
+        .routes(routes!(inbox::mark_all_read))
+        .routes(routes!(inbox::mark_read))
+        .routes(routes!(inbox::activity))
+        .split_for_parts()
+}
+
+/// The OpenAPI document as served at `/api/openapi.json`.
+pub fn openapi_json() -> String {
+    api().1.to_pretty_json().unwrap_or_default()
+}
+
 /// All routes.
 pub fn router(state: AppState) -> Router {
-    let api = Router::new()
-        .route(
-            "/api/local/tasks",
-            post(routes::tasks::create).get(routes::tasks::list),
-        )
-        .route("/api/local/tasks/{id}", get(routes::tasks::get))
-        .route("/api/local/tasks/{id}/events", get(routes::history::events))
-        .route(
-            "/api/local/tasks/{id}/files/{*path}",
-            get(routes::files::get),
-        )
-        .route(
-            "/api/local/tasks/{id}/subtasks",
-            get(routes::history::subtasks),
-        )
-        .route(
-            "/api/local/tasks/{id}/transcript",
-            get(routes::history::transcript),
-        )
-        .route("/api/local/pieces", get(routes::history::pieces))
-        .route(
-            "/api/local/tasks/{id}/stream",
-            get(routes::stream::task_stream),
-        )
-        .route(
-            "/api/local/tasks/{id}/jobs/{job_id}/stream",
-            get(routes::stream::job_stream),
-        )
-        .route(
-            "/api/local/tasks/{id}/comments",
-            post(routes::comments::create).get(routes::comments::list),
-        )
-        .route(
-            "/api/local/tasks/{id}/continue",
-            post(routes::continues::create),
-        )
-        .route(
-            "/api/local/tasks/{id}/cancel",
-            post(routes::comments::cancel),
-        )
-        .merge(pauses_and_webhooks())
-        .merge(schedules_and_inbox())
-        .fallback(routes::not_found);
+    let (api, doc) = api();
+    let doc = axum::body::Bytes::from(doc.to_pretty_json().unwrap_or_default());
+    let openapi = get(move || {
+        let doc = doc.clone();
+        async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], doc) }
+    });
     Router::new()
-        .route("/healthz", get(routes::health::healthz))
-        .route("/readyz", get(routes::health::readyz))
+        .route("/api/openapi.json", openapi)
         .merge(api)
+        .fallback(routes::not_found)
         .merge(crate::a2a::router())
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
         .layer(
@@ -79,84 +141,6 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .with_state(state)
-}
-
-/// The routes of pauses (required actions, decisions, MCP tokens) and of webhooks.
-fn pauses_and_webhooks() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/api/local/tasks/{id}/required-actions",
-            get(routes::actions::list),
-        )
-        .route(
-            "/api/local/tasks/{id}/required-actions/{rid}/decide",
-            post(routes::actions::decide),
-        )
-        .route(
-            "/api/local/tasks/{id}/tool-requests/{rid}/decide",
-            post(routes::actions::decide_tool),
-        )
-        .route(
-            "/api/local/tasks/{id}/package-requests/{rid}/decide",
-            post(routes::actions::decide_package),
-        )
-        .route(
-            "/api/local/mcp-servers/{server}/token",
-            put(routes::actions::put_token),
-        )
-        .route(
-            "/api/webhooks",
-            post(routes::webhooks::create).get(routes::webhooks::list),
-        )
-        .route("/api/webhooks/{id}", delete(routes::webhooks::delete))
-        .route(
-            "/api/webhooks/{id}/deliveries",
-            get(routes::webhooks::deliveries),
-        )
-        .route(
-            "/api/webhooks/{id}/deliveries/{delivery_id}/redeliver",
-            post(routes::webhooks::redeliver),
-        )
-        .route("/api/webhooks/{id}/enable", post(routes::webhooks::enable))
-}
-
-/// The routes of schedules, the inbox and the activity feed.
-fn schedules_and_inbox() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/api/local/schedules",
-            post(routes::schedules::create).get(routes::schedules::list),
-        )
-        .route(
-            "/api/local/schedules/{id}",
-            get(routes::schedules::get)
-                .patch(routes::schedules::update)
-                .delete(routes::schedules::delete),
-        )
-        .route(
-            "/api/local/schedules/{id}/pause",
-            post(routes::schedules::pause),
-        )
-        .route(
-            "/api/local/schedules/{id}/resume",
-            post(routes::schedules::resume),
-        )
-        .route(
-            "/api/local/schedules/{id}/run",
-            post(routes::schedules::run_now),
-        )
-        .route(
-            "/api/local/schedules/{id}/runs",
-            get(routes::schedules::runs),
-        )
-        .route("/api/local/inbox", get(routes::inbox::list))
-        .route("/api/local/inbox/stream", get(routes::inbox::stream))
-        .route(
-            "/api/local/inbox/read-all",
-            post(routes::inbox::mark_all_read),
-        )
-        .route("/api/local/inbox/{id}/read", post(routes::inbox::mark_read))
-        .route("/api/local/activity", get(routes::inbox::activity))
 }
 
 /// Bind, announce the address, and serve until `shutdown`. Then the listener closes, SSE
@@ -206,6 +190,37 @@ pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyho
         _ = deadline => {
             tracing::warn!(?grace, "shutdown grace period over; dropping open connections");
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_openapi_document_describes_every_route_with_bearer_auth() {
+        let doc: serde_json::Value = serde_json::from_str(&openapi_json()).expect("JSON");
+        assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")));
+        let paths = doc["paths"].as_object().expect("paths");
+        let operations: usize = paths
+            .values()
+            .map(|item| item.as_object().map_or(0, |ops| ops.len()))
+            .sum();
+        assert_eq!(operations, 41, "every REST operation: {:?}", paths.keys());
+        assert!(paths.contains_key("/api/local/tasks/{id}/files/{path}"));
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        for (path, item) in paths {
+            for (method, op) in item.as_object().expect("operations") {
+                let responses = op["responses"].as_object().expect("responses");
+                assert!(
+                    responses.contains_key("4XX"),
+                    "{method} {path} documents its errors"
+                );
+            }
         }
     }
 }

@@ -34,6 +34,7 @@ where
             }
         })?;
         refuse_nul(&bytes)?;
+        refuse_non_object(&bytes)?;
         let axum::Json(value) = axum::Json::<T>::from_bytes(&bytes)?;
         Ok(ApiJson(value))
     }
@@ -51,6 +52,21 @@ fn json_content_type(headers: &HeaderMap) -> bool {
     let essence = essence.to_ascii_lowercase();
     essence == "application/json"
         || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Every request body is a JSON object: serde would also read a struct from an array
+/// (`[null, null]` as a struct of two optional fields), which no client means.
+pub fn refuse_non_object(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        // Not JSON at all: the JSON parser says what is wrong with it.
+        Some(b) if !matches!(b, b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => Ok(()),
+        None => Ok(()),
+        Some(_) => Err(ApiError::invalid(
+            "invalid_body",
+            "the body must be a JSON object",
+        )),
+    }
 }
 
 /// A body whose strings hold a NUL (`\u0000`) is refused, naming the field.

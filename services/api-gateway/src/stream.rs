@@ -30,6 +30,16 @@ const PAGE: i64 = 500;
 /// How long a delta replay waits for the next stored delta before it is done.
 const REPLAY_IDLE: Duration = Duration::from_millis(150);
 
+/// One Server-Sent Event of a stream as a client's parser yields it (the schema of each event,
+/// not of the whole body): `data` is JSON — an event of the task, a live delta, or an inbox
+/// item — `event` its kind, `id` the position `Last-Event-ID` resumes after.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct StreamEvent {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+}
+
 /// An SSE response.
 pub type SseStream = Sse<
     axum::response::sse::KeepAliveStream<

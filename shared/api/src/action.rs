@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 /// An item a job waits for (or waited for), as the API shows it: what it is about (its
 /// detail) flat beside its state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RequiredAction {
     pub id: ActionId,
     pub task_id: TaskId,
@@ -57,13 +57,13 @@ impl RequiredAction {
 }
 
 /// `GET /api/local/tasks/{id}/required-actions`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActionList {
     pub required_actions: Vec<RequiredAction>,
 }
 
 /// The body of a `.../decide` request.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecideRequest {
     /// `approve` / `deny` (tool and package requests); `happened` / `not_happened`
@@ -91,7 +91,7 @@ impl DecideRequest {
 }
 
 /// The answer to a decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DecideReply {
     pub required_action: RequiredAction,
     /// The job was waiting for this item only and is queued again.
@@ -99,14 +99,14 @@ pub struct DecideReply {
 }
 
 /// The body of `PUT /api/local/mcp-servers/{server}/token`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     pub token: String,
 }
 
 /// The answer to a stored token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenReply {
     pub server: String,
     /// Jobs that waited for this token and are queued again.

@@ -5,7 +5,7 @@ use maestro_domain::{NotificationId, ScheduleId, TaskId};
 use serde::{Deserialize, Serialize};
 
 /// One notification in the inbox.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InboxItem {
     pub id: NotificationId,
     #[serde(rename = "type")]
@@ -23,7 +23,7 @@ pub struct InboxItem {
 }
 
 /// `GET /api/local/inbox`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InboxPage {
     pub items: Vec<InboxItem>,
     /// Unread items in the whole inbox (whatever the filter).
@@ -34,7 +34,7 @@ pub struct InboxPage {
 }
 
 /// The body of `POST /api/local/inbox/read-all` (may be empty).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MarkAllRead {
     /// Mark only this item and older ones (what the reader has seen).
@@ -43,7 +43,7 @@ pub struct MarkAllRead {
 }
 
 /// The answer to marking items read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MarkedRead {
     /// Items that changed from unread to read.
     pub marked: u64,
@@ -52,7 +52,7 @@ pub struct MarkedRead {
 }
 
 /// One task-level event of the owner's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActivityItem {
     pub at: DateTime<Utc>,
     pub task_id: TaskId,
@@ -71,7 +71,7 @@ pub struct ActivityItem {
 }
 
 /// `GET /api/local/activity`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ActivityPage {
     pub items: Vec<ActivityItem>,
     /// Pass as `before` for the next (older) page; absent on the last page.

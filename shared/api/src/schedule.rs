@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// What each run's task is made of.
 ///
 /// Also part of [`CreateSchedule`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskTemplate {
     pub instruction: String,
@@ -21,7 +21,7 @@ pub struct TaskTemplate {
 
 /// The body of `POST /api/local/schedules`; of `PATCH /api/local/schedules/{id}` with every
 /// field optional (absent: unchanged; `starts_at`/`ends_at`/`model` as `null`: removed).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSchedule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,7 +64,7 @@ where
 }
 
 /// A schedule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Schedule {
     pub id: ScheduleId,
     pub name: String,
@@ -90,7 +90,7 @@ pub struct Schedule {
 }
 
 /// `GET /api/local/schedules`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SchedulePage {
     pub schedules: Vec<Schedule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,7 +98,7 @@ pub struct SchedulePage {
 }
 
 /// One fire time of a schedule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduleRun {
     pub fire_time: DateTime<Utc>,
     pub status: RunStatus,
@@ -117,7 +117,7 @@ pub struct ScheduleRun {
 }
 
 /// `GET /api/local/schedules/{id}/runs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduleRunPage {
     pub runs: Vec<ScheduleRun>,
     /// Pass as `before` for the next (earlier) page; absent on the last page.

@@ -6,7 +6,7 @@ use maestro_domain::{Comment, Event, JobStatus, TaskId, TaskRecord};
 use serde::{Deserialize, Serialize};
 
 /// The body of `POST /api/local/tasks`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTask {
     pub instruction: String,
@@ -36,7 +36,7 @@ impl CreateTask {
 
 /// The body of `POST /api/local/tasks/{id}/continue` (SPEC §3.3): carry a finished task on
 /// with a new instruction, its transcript replayed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContinueTask {
     pub instruction: String,
@@ -63,7 +63,7 @@ impl ContinueTask {
 }
 
 /// A task and its latest job, with links to what belongs to it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Task {
     #[serde(flatten)]
     pub task: TaskRecord,
@@ -98,7 +98,7 @@ impl Task {
 
 /// Where a task's events, stream, subtasks, transcript and comments are, and where to
 /// continue it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Links {
     pub events: String,
     pub stream: String,
@@ -110,7 +110,7 @@ pub struct Links {
 }
 
 /// `GET /api/local/tasks`: a page of tasks, newest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskPage {
     pub tasks: Vec<Task>,
     /// Pass as `before` to get the next (older) page; absent on the last page.
@@ -119,7 +119,7 @@ pub struct TaskPage {
 }
 
 /// `GET /api/local/tasks/{id}/events`: persisted events with `seq > after`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventPage {
     pub events: Vec<Event>,
     /// Pass as `after` to continue; equals the request's `after` when nothing is new.
@@ -127,27 +127,27 @@ pub struct EventPage {
 }
 
 /// `GET /api/local/tasks/{id}/transcript`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Transcript {
     pub task_id: TaskId,
     pub messages: Vec<TranscriptLine>,
 }
 
 /// `GET /api/local/tasks/{id}/subtasks`: the tasks this task delegated, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubtaskList {
     pub subtasks: Vec<ChildTask>,
 }
 
 /// The body of `POST /api/local/tasks/{id}/comments`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewComment {
     pub body: String,
 }
 
 /// Where a comment went (SPEC §3.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RoutedTo {
     /// Into the running job's conversation.
@@ -161,7 +161,7 @@ pub enum RoutedTo {
 }
 
 /// A comment and where it went.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RoutedComment {
     #[serde(flatten)]
     pub comment: Comment,
@@ -169,7 +169,7 @@ pub struct RoutedComment {
 }
 
 /// `GET /api/local/tasks/{id}/comments`, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CommentList {
     pub comments: Vec<Comment>,
 }

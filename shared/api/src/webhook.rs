@@ -6,7 +6,7 @@ use maestro_domain::{DeliveryId, NotificationId, WebhookId};
 use serde::{Deserialize, Serialize};
 
 /// The body of `POST /api/webhooks`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateWebhook {
     pub url: String,
@@ -19,7 +19,7 @@ pub struct CreateWebhook {
 }
 
 /// A webhook subscription, without its secret except in the response that created it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Webhook {
     pub id: WebhookId,
     pub url: String,
@@ -40,7 +40,7 @@ pub struct Webhook {
 }
 
 /// One delivery of a notification to a subscription.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WebhookDeliveryView {
     pub id: DeliveryId,
     pub notification_id: NotificationId,
@@ -65,7 +65,7 @@ pub struct WebhookDeliveryView {
 }
 
 /// `GET /api/webhooks/{id}/deliveries`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeliveryPage {
     pub deliveries: Vec<WebhookDeliveryView>,
     /// Pass as `before` for the next (older) page; absent on the last page.
@@ -74,7 +74,7 @@ pub struct DeliveryPage {
 }
 
 /// `GET /api/webhooks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WebhookList {
     pub webhooks: Vec<Webhook>,
 }

@@ -13,7 +13,7 @@ use crate::job::{JobStatus, WaitReason};
 use crate::message::{Message, Usage};
 
 /// The kind of an event; also the last token of its NATS subject.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     JobState,
@@ -63,7 +63,7 @@ impl EventKind {
 }
 
 /// A persisted event as stored, listed and published.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     pub task_id: TaskId,
     pub seq: i64,

@@ -17,7 +17,7 @@ use crate::ids::JobId;
 pub const DEFAULT_PROFILE: &str = "default";
 
 /// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     Queued,
@@ -114,7 +114,7 @@ impl FromStr for JobStatus {
 /// What a paused job waits for: why it waits for a human (`waiting_human`, the job's
 /// `wait_reason`), or `Subtask`, the kind of the items a `waiting_subtasks` job waits for (one
 /// per child task; such a job has no `wait_reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitReason {
     Ask,
@@ -166,7 +166,7 @@ impl fmt::Display for WaitReason {
 }
 
 /// A job as it stands: what the API shows of a task's latest job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobRecord {
     pub id: JobId,
     pub job_no: i32,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Who wrote a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
@@ -14,7 +14,7 @@ pub enum Role {
 }
 
 /// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
     pub role: Role,
     /// Text. `None` for an assistant message that only calls tools.
@@ -65,7 +65,7 @@ impl Message {
 }
 
 /// A tool call proposed by the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ToolCall {
     pub id: String,
     #[serde(rename = "type", default = "function_kind")]
@@ -75,7 +75,7 @@ pub struct ToolCall {
 
 /// The function part of a [`ToolCall`]; `arguments` is the model's raw JSON text, which may
 /// be invalid and is validated by whoever executes the call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FunctionCall {
     pub name: String,
     #[serde(default)]
@@ -108,7 +108,7 @@ impl ToolCall {
 }
 
 /// Token accounting of one LLM call, normalized from the server's `usage`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub prompt_tokens: u64,

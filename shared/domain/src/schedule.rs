@@ -110,7 +110,7 @@ fn whole_second(t: DateTime<Utc>, up: bool) -> DateTime<Utc> {
 
 /// What a fire does while the previous run is still active (not `succeeded`, `failed` or
 /// `cancelled`: running, queued, retrying or paused for a person all count as active).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// Record the fire as `skipped`; no task.
@@ -123,7 +123,7 @@ pub enum Overlap {
 }
 
 /// What happens to fire times that passed while no scheduler ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Missed {
     /// Record the latest one as `missed`; no task.
@@ -134,7 +134,7 @@ pub enum Missed {
 }
 
 /// Where one fire time of a schedule stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Its task was created.

@@ -9,7 +9,7 @@ use crate::ids::{JobId, TaskId};
 use crate::job::{JobRecord, JobStatus};
 
 /// A task and its latest job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskRecord {
     pub id: TaskId,
     pub instruction: String,
@@ -41,7 +41,7 @@ impl TaskRecord {
 }
 
 /// A subtask as its parent shows it, with its latest job's state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChildTask {
     pub id: TaskId,
     /// The parent's job that delegated it.
@@ -56,7 +56,7 @@ pub struct ChildTask {
 }
 
 /// What a comment is to its task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CommentKind {
     /// The task's instruction, or a follow-up that started a job.
@@ -97,7 +97,7 @@ impl CommentKind {
 }
 
 /// A comment on a task.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Comment {
     pub id: Uuid,
     pub task_id: TaskId,

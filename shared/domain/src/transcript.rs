@@ -126,7 +126,7 @@ pub fn job_pieces(events: &[Event]) -> Result<BTreeMap<JobId, String>, serde_jso
 }
 
 /// One line of a task's transcript.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TranscriptLine {
     pub job_id: JobId,
     #[serde(flatten)]

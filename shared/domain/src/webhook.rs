@@ -10,7 +10,7 @@ use sha2::Sha256;
 const PREFIX: &str = "whsec_";
 
 /// Where one webhook delivery stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryStatus {
     /// Not delivered yet; attempts go on.

@@ -155,6 +155,10 @@ fn body<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
         assert_client_error(error, "a body with a NUL");
         return None;
     }
+    if let Err(error) = maestro_api_gateway::json::refuse_non_object(bytes) {
+        assert_client_error(error, "a body that is not an object");
+        return None;
+    }
     match axum::Json::<T>::from_bytes(bytes) {
         Ok(axum::Json(value)) => Some(value),
         Err(rejection) => {

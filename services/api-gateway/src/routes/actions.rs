@@ -7,6 +7,7 @@
 //! (`maestro_pauses::decide`). An answer to an `ask` is a comment (see `crate::routing`); an
 //! MCP token is supplied with `PUT /api/local/mcp-servers/{server}/token`.
 
+use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use maestro_api::{ActionList, DecideReply, DecideRequest, TokenReply, TokenRequest};
@@ -20,8 +21,9 @@ use crate::json::ApiJson;
 use crate::state::AppState;
 use crate::usecases;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Every item ever, decided ones too.
     #[serde(default)]
@@ -29,12 +31,25 @@ pub struct ListQuery {
 }
 
 /// `GET /api/local/tasks/{id}/required-actions`
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/required-actions",
+    tag = "actions",
+    summary = "What the task's paused job waits for",
+    params(("id" = String, Path, description = "The task id"), ListQuery),
+    responses(
+        (status = 200, body = ActionList),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
     Path(id): Path<String>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ActionList>, ApiError> {
+    let query = super::query(query)?;
     let task_id = owned_task(&state, &owner, &id).await?;
     let items = maestro_db::actions::list(&state.pool, task_id, query.all).await?;
     Ok(Json(ActionList {
@@ -43,6 +58,19 @@ pub async fn list(
 }
 
 /// `POST /api/local/tasks/{id}/required-actions/{rid}/decide`
+#[utoipa::path(
+    post,
+    path = "/api/local/tasks/{id}/required-actions/{rid}/decide",
+    tag = "actions",
+    summary = "Answer a required action (approve, deny, answer, happened, …)",
+    params(("id" = String, Path, description = "The task id"), ("rid" = String, Path, description = "The required action id")),
+    request_body = DecideRequest,
+    responses(
+        (status = 200, body = DecideReply),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn decide(
     state: State<AppState>,
     caller: Caller,
@@ -53,6 +81,19 @@ pub async fn decide(
 }
 
 /// `POST /api/local/tasks/{id}/tool-requests/{rid}/decide`
+#[utoipa::path(
+    post,
+    path = "/api/local/tasks/{id}/tool-requests/{rid}/decide",
+    tag = "actions",
+    summary = "Approve or deny a tool request",
+    params(("id" = String, Path, description = "The task id"), ("rid" = String, Path, description = "The required action id")),
+    request_body = DecideRequest,
+    responses(
+        (status = 200, body = DecideReply),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn decide_tool(
     state: State<AppState>,
     caller: Caller,
@@ -63,6 +104,19 @@ pub async fn decide_tool(
 }
 
 /// `POST /api/local/tasks/{id}/package-requests/{rid}/decide`
+#[utoipa::path(
+    post,
+    path = "/api/local/tasks/{id}/package-requests/{rid}/decide",
+    tag = "actions",
+    summary = "Approve or deny a package request",
+    params(("id" = String, Path, description = "The task id"), ("rid" = String, Path, description = "The required action id")),
+    request_body = DecideRequest,
+    responses(
+        (status = 200, body = DecideReply),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn decide_package(
     state: State<AppState>,
     caller: Caller,
@@ -91,6 +145,19 @@ async fn decide_kinds(
 
 /// `PUT /api/local/mcp-servers/{server}/token`: store the caller's token for an MCP server
 /// (never returned or logged) and resume the caller's jobs that waited for it.
+#[utoipa::path(
+    put,
+    path = "/api/local/mcp-servers/{server}/token",
+    tag = "actions",
+    summary = "Store your token for an MCP server; jobs waiting for it resume",
+    params(("server" = String, Path, description = "The MCP server's name in the policy")),
+    request_body = TokenRequest,
+    responses(
+        (status = 200, body = TokenReply),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn put_token(
     State(state): State<AppState>,
     Caller(owner): Caller,

@@ -1,6 +1,7 @@
 //! `/api/local/tasks/{id}/comments` and `/cancel`: the two ways a person reaches a task's job.
 //! Where a comment goes is `crate::routing`'s (SPEC §3.2).
 
+use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -13,6 +14,19 @@ use crate::json::ApiJson;
 use crate::state::AppState;
 
 /// `POST /api/local/tasks/{id}/comments`
+#[utoipa::path(
+    post,
+    path = "/api/local/tasks/{id}/comments",
+    tag = "comments",
+    summary = "Comment on a task: an interjection into its running job, or a new job",
+    params(("id" = String, Path, description = "The task id")),
+    request_body = NewComment,
+    responses(
+        (status = 201, description = "Where the comment went", body = RoutedComment),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -40,6 +54,18 @@ pub async fn create(
 }
 
 /// `GET /api/local/tasks/{id}/comments`
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/comments",
+    tag = "comments",
+    summary = "The task's comments",
+    params(("id" = String, Path, description = "The task id")),
+    responses(
+        (status = 200, body = CommentList),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -54,6 +80,18 @@ pub async fn list(
 /// `POST /api/local/tasks/{id}/cancel`: the latest job ends `cancelled` at once, whether a
 /// worker runs it or not, and so does the latest job of every task below it (its subtasks,
 /// theirs...); a running worker is told to stop, and its tool processes are killed.
+#[utoipa::path(
+    post,
+    path = "/api/local/tasks/{id}/cancel",
+    tag = "tasks",
+    summary = "Cancel the task's running or waiting job",
+    params(("id" = String, Path, description = "The task id")),
+    responses(
+        (status = 200, body = Task),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     Caller(owner): Caller,

@@ -5,6 +5,7 @@
 //! (409 naming its state: a paused job is answered or decided, not continued). With an
 //! `Idempotency-Key`, a repeat returns the task as the first request left it.
 
+use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -22,6 +23,20 @@ use crate::validate;
 /// `POST /api/local/tasks/{id}/continue`: queue a job that carries the finished task on.
 /// Answers `202` with the task, its latest job now the new one (`200` and
 /// `Idempotent-Replayed: true` for a repeat).
+#[utoipa::path(
+    post,
+    path = "/api/local/tasks/{id}/continue",
+    tag = "tasks",
+    summary = "Continue a finished task with a new instruction and its whole history",
+    params(("id" = String, Path, description = "The task id"), ("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key answer the same job")),
+    request_body = ContinueTask,
+    responses(
+        (status = 202, description = "The task goes on in a new job, queued", body = Task),
+        (status = 200, description = "Already answered for this Idempotency-Key", body = Task),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,

@@ -3,6 +3,7 @@
 //! workspaces reads it (`<prefix>.tools.files.read`, confined to the workspace); files larger
 //! than one NATS message are refused (413).
 
+use maestro_api::ErrorBody;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -23,6 +24,18 @@ const HEADROOM: u64 = 4096;
 const READ_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// `GET /api/local/tasks/{id}/files/{*path}`
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/files/{path}",
+    tag = "tasks",
+    summary = "A file of the task's workspace",
+    params(("id" = String, Path, description = "The task id"), ("path" = String, Path, description = "The file's path in the workspace")),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Caller(owner): Caller,

@@ -1,6 +1,7 @@
 //! What a task has done: its persisted events, its transcript, the subtasks it delegated;
 //! and the pieces tasks may name.
 
+use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use maestro_api::{EventPage, SubtaskList, Transcript};
@@ -11,8 +12,9 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     #[serde(default)]
     after: Option<i64>,
@@ -21,6 +23,18 @@ pub struct EventsQuery {
 }
 
 /// `GET /api/local/tasks/{id}/events?after=SEQ&limit=`: persisted events with `seq > after`.
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/events",
+    tag = "tasks",
+    summary = "The task's persisted events after a sequence number",
+    params(("id" = String, Path, description = "The task id"), EventsQuery),
+    responses(
+        (status = 200, body = EventPage),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn events(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -45,6 +59,18 @@ pub async fn events(
 
 /// `GET /api/local/tasks/{id}/subtasks`: the tasks this task delegated (oldest first), each
 /// with its latest job's status, result and error.
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/subtasks",
+    tag = "tasks",
+    summary = "The subtasks a task delegated",
+    params(("id" = String, Path, description = "The task id")),
+    responses(
+        (status = 200, body = SubtaskList),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn subtasks(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -58,6 +84,18 @@ pub async fn subtasks(
 
 /// `GET /api/local/tasks/{id}/transcript`: the task's conversation as the model saw it, one
 /// thread per job (each opening with its system message), after any prompt-guard rewrite.
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/transcript",
+    tag = "tasks",
+    summary = "The conversation of every job of the task",
+    params(("id" = String, Path, description = "The task id")),
+    responses(
+        (status = 200, body = Transcript),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn transcript(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -71,6 +109,17 @@ pub async fn transcript(
 }
 
 /// `GET /api/local/pieces`: the pieces tasks may name, with their movements.
+#[utoipa::path(
+    get,
+    path = "/api/local/pieces",
+    tag = "tasks",
+    summary = "The pieces (workflows) tasks can run",
+    responses(
+        (status = 200, description = "Each piece with its movements", body = serde_json::Value),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn pieces(
     State(state): State<AppState>,
     Caller(_owner): Caller,

@@ -7,6 +7,7 @@
 //! concerns), a little longer after one (a row becomes readable once older transactions are
 //! over), and every few seconds whatever happens.
 
+use maestro_api::ErrorBody;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,8 +81,9 @@ fn owner_of(payload: &[u8]) -> Option<Arc<str>> {
     Some(notice.data.owner.into())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     #[serde(default)]
     limit: Option<i64>,
@@ -98,6 +100,18 @@ pub struct ListQuery {
 }
 
 /// `GET /api/local/inbox?limit=&before=&type=&task_id=&schedule_id=&unread=`: newest first.
+#[utoipa::path(
+    get,
+    path = "/api/local/inbox",
+    tag = "inbox",
+    summary = "Your notifications, newest first",
+    params(ListQuery),
+    responses(
+        (status = 200, body = InboxPage),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -138,6 +152,18 @@ pub async fn list(
 }
 
 /// `POST /api/local/inbox/{id}/read`
+#[utoipa::path(
+    post,
+    path = "/api/local/inbox/{id}/read",
+    tag = "inbox",
+    summary = "Mark one notification read",
+    params(("id" = String, Path, description = "The notification id")),
+    responses(
+        (status = 200, body = MarkedRead),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn mark_read(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -155,6 +181,18 @@ pub async fn mark_read(
 }
 
 /// `POST /api/local/inbox/read-all` (body optional: `{"up_to": id}`)
+#[utoipa::path(
+    post,
+    path = "/api/local/inbox/read-all",
+    tag = "inbox",
+    summary = "Mark every notification (up to one) read",
+    request_body = Option<MarkAllRead>,
+    responses(
+        (status = 200, body = MarkedRead),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn mark_all_read(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -172,8 +210,9 @@ pub async fn mark_all_read(
     Ok(Json(MarkedRead { marked, unread }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
     #[serde(default)]
     after: Option<String>,
@@ -182,6 +221,18 @@ pub struct StreamQuery {
 /// `GET /api/local/inbox/stream`: new items as SSE events `notification` (data: the item as
 /// the list shows it, `id:` its `stream_id`). `Last-Event-ID` (or `?after=`) resumes after
 /// an item; without one the stream starts now.
+#[utoipa::path(
+    get,
+    path = "/api/local/inbox/stream",
+    tag = "inbox",
+    summary = "New notifications as they arrive",
+    params(StreamQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this item")),
+    responses(
+        (status = 200, description = "A Server-Sent Events stream; resume with `Last-Event-ID`", content_type = "text/event-stream", body = crate::stream::StreamEvent),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn stream(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -293,6 +344,18 @@ fn item_view(item: inbox::Item) -> InboxItem {
 }
 
 /// `GET /api/local/activity?limit=&before=`: the caller's task-level events, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/local/activity",
+    tag = "inbox",
+    summary = "Everything that happened to your tasks, newest first",
+    params(super::PageQuery),
+    responses(
+        (status = 200, body = ActivityPage),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn activity(
     State(state): State<AppState>,
     Caller(owner): Caller,

@@ -48,11 +48,15 @@ pub fn query<T>(
 }
 
 /// `?limit=&before=` of a listing.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
+    /// How many (20 when absent).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<i64>,
+    /// The cursor: the `next_before` of the previous page.
     #[serde(default)]
     pub before: Option<String>,
 }

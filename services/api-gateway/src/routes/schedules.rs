@@ -2,6 +2,7 @@
 //! and stores a schedule with its next fire time and wakes the schedulers; they fire it.
 //! `POST …/run` fires one now, here.
 
+use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -26,6 +27,18 @@ use crate::validate;
 const NAME_MAX_CHARS: usize = 200;
 
 /// `POST /api/local/schedules`
+#[utoipa::path(
+    post,
+    path = "/api/local/schedules",
+    tag = "schedules",
+    summary = "Create a schedule: a task template run on a cron expression",
+    request_body = CreateSchedule,
+    responses(
+        (status = 201, body = ScheduleView),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -67,6 +80,19 @@ pub async fn create(
 
 /// `PATCH /api/local/schedules/{id}`: change what is given; the next fire time is computed
 /// again from now.
+#[utoipa::path(
+    patch,
+    path = "/api/local/schedules/{id}",
+    tag = "schedules",
+    summary = "Change a schedule (the fields given)",
+    params(("id" = String, Path, description = "The schedule id")),
+    request_body = CreateSchedule,
+    responses(
+        (status = 200, body = ScheduleView),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn update(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -83,6 +109,18 @@ pub async fn update(
 }
 
 /// `POST /api/local/schedules/{id}/pause`
+#[utoipa::path(
+    post,
+    path = "/api/local/schedules/{id}/pause",
+    tag = "schedules",
+    summary = "Pause a schedule",
+    params(("id" = String, Path, description = "The schedule id")),
+    responses(
+        (status = 200, body = ScheduleView),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn pause(
     state: State<AppState>,
     caller: Caller,
@@ -92,6 +130,18 @@ pub async fn pause(
 }
 
 /// `POST /api/local/schedules/{id}/resume`: fire times that passed while paused are not run.
+#[utoipa::path(
+    post,
+    path = "/api/local/schedules/{id}/resume",
+    tag = "schedules",
+    summary = "Resume a paused schedule",
+    params(("id" = String, Path, description = "The schedule id")),
+    responses(
+        (status = 200, body = ScheduleView),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn resume(
     state: State<AppState>,
     caller: Caller,
@@ -120,6 +170,18 @@ async fn set_paused(
 }
 
 /// `GET /api/local/schedules/{id}`
+#[utoipa::path(
+    get,
+    path = "/api/local/schedules/{id}",
+    tag = "schedules",
+    summary = "A schedule",
+    params(("id" = String, Path, description = "The schedule id")),
+    responses(
+        (status = 200, body = ScheduleView),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -129,6 +191,18 @@ pub async fn get(
 }
 
 /// `DELETE /api/local/schedules/{id}`: its runs go with it; their tasks stay.
+#[utoipa::path(
+    delete,
+    path = "/api/local/schedules/{id}",
+    tag = "schedules",
+    summary = "Remove a schedule",
+    params(("id" = String, Path, description = "The schedule id")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn delete(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -143,6 +217,18 @@ pub async fn delete(
 }
 
 /// `GET /api/local/schedules?limit=&before=`: newest first.
+#[utoipa::path(
+    get,
+    path = "/api/local/schedules",
+    tag = "schedules",
+    summary = "Your schedules",
+    params(super::PageQuery),
+    responses(
+        (status = 200, body = SchedulePage),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -162,6 +248,18 @@ pub async fn list(
 }
 
 /// `GET /api/local/schedules/{id}/runs?limit=&before=`: latest fire time first.
+#[utoipa::path(
+    get,
+    path = "/api/local/schedules/{id}/runs",
+    tag = "schedules",
+    summary = "A schedule's runs, newest first",
+    params(("id" = String, Path, description = "The schedule id"), super::PageQuery),
+    responses(
+        (status = 200, body = ScheduleRunPage),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn runs(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -184,6 +282,18 @@ pub async fn runs(
 
 /// `POST /api/local/schedules/{id}/run`: start a run now, whatever the overlap policy and
 /// even while paused (the clock's fire times are not moved).
+#[utoipa::path(
+    post,
+    path = "/api/local/schedules/{id}/run",
+    tag = "schedules",
+    summary = "Run a schedule now",
+    params(("id" = String, Path, description = "The schedule id")),
+    responses(
+        (status = 201, body = ScheduleRun),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn run_now(
     State(state): State<AppState>,
     Caller(owner): Caller,

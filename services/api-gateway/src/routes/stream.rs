@@ -3,6 +3,7 @@
 //! [`StreamId`]), exactly once (`crate::stream`). `Last-Event-ID` (or `?after=`) resumes after
 //! a given id.
 
+use maestro_api::ErrorBody;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
@@ -16,14 +17,27 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::stream::{self, Render, SseStream};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
     #[serde(default)]
     after: Option<String>,
 }
 
 /// `GET /api/local/tasks/{id}/stream`
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/stream",
+    tag = "streams",
+    summary = "The task's events and live deltas as they happen",
+    params(("id" = String, Path, description = "The task id"), StreamQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
+    responses(
+        (status = 200, description = "A Server-Sent Events stream; resume with `Last-Event-ID`", content_type = "text/event-stream", body = crate::stream::StreamEvent),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn task_stream(
     State(state): State<AppState>,
     caller: Caller,
@@ -35,6 +49,18 @@ pub async fn task_stream(
 }
 
 /// `GET /api/local/tasks/{id}/jobs/{job_id}/stream`: only the items of one job.
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/jobs/{job_id}/stream",
+    tag = "streams",
+    summary = "One job's events and live deltas",
+    params(("id" = String, Path, description = "The task id"), ("job_id" = String, Path, description = "The job id"), StreamQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
+    responses(
+        (status = 200, description = "A Server-Sent Events stream; resume with `Last-Event-ID`", content_type = "text/event-stream", body = crate::stream::StreamEvent),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn job_stream(
     State(state): State<AppState>,
     caller: Caller,

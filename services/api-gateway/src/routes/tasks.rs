@@ -1,5 +1,6 @@
 //! `/api/local/tasks`: create, read and list tasks.
 
+use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -45,6 +46,20 @@ fn validate(state: &AppState, body: CreateTask) -> Result<Valid, ApiError> {
 
 /// `POST /api/local/tasks`: create a task and queue its first job. With an
 /// `Idempotency-Key`, repeating the request returns the task the first one created.
+#[utoipa::path(
+    post,
+    path = "/api/local/tasks",
+    tag = "tasks",
+    summary = "Create a task (and its first job)",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key answer the same task")),
+    request_body = CreateTask,
+    responses(
+        (status = 201, description = "The task was created", body = Task),
+        (status = 200, description = "The same request with the same Idempotency-Key was already answered", body = Task),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -117,6 +132,18 @@ async fn replay(
 }
 
 /// `GET /api/local/tasks/{id}`
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}",
+    tag = "tasks",
+    summary = "A task with its current job",
+    params(("id" = String, Path, description = "The task id")),
+    responses(
+        (status = 200, body = Task),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -130,6 +157,18 @@ pub async fn get(
 }
 
 /// `GET /api/local/tasks?limit=&before=`: the caller's tasks, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks",
+    tag = "tasks",
+    summary = "Your tasks, newest first",
+    params(super::PageQuery),
+    responses(
+        (status = 200, body = TaskPage),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,

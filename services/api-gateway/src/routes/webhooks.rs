@@ -1,6 +1,7 @@
 //! `/api/webhooks`: the caller's webhook subscriptions. Deliveries are signed per Standard
 //! Webhooks with the subscription's secret, which is shown only in the creating response.
 
+use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -22,6 +23,18 @@ use crate::state::AppState;
 use crate::views;
 
 /// `POST /api/webhooks`
+#[utoipa::path(
+    post,
+    path = "/api/webhooks",
+    tag = "webhooks",
+    summary = "Subscribe a URL to notifications",
+    request_body = CreateWebhook,
+    responses(
+        (status = 201, body = Webhook),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -75,6 +88,17 @@ pub async fn create(
 }
 
 /// `GET /api/webhooks`
+#[utoipa::path(
+    get,
+    path = "/api/webhooks",
+    tag = "webhooks",
+    summary = "Your webhooks",
+    responses(
+        (status = 200, body = WebhookList),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -86,6 +110,18 @@ pub async fn list(
 }
 
 /// `DELETE /api/webhooks/{id}`
+#[utoipa::path(
+    delete,
+    path = "/api/webhooks/{id}",
+    tag = "webhooks",
+    summary = "Remove a webhook",
+    params(("id" = String, Path, description = "The webhook id")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn delete(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -99,8 +135,9 @@ pub async fn delete(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DeliveriesQuery {
     #[serde(default)]
     limit: Option<i64>,
@@ -112,6 +149,18 @@ pub struct DeliveriesQuery {
 
 /// `GET /api/webhooks/{id}/deliveries?status=&limit=&before=`: newest first; `failed` ones
 /// are the dead letters.
+#[utoipa::path(
+    get,
+    path = "/api/webhooks/{id}/deliveries",
+    tag = "webhooks",
+    summary = "A webhook's deliveries, newest first",
+    params(("id" = String, Path, description = "The webhook id"), DeliveriesQuery),
+    responses(
+        (status = 200, body = DeliveryPage),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn deliveries(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -144,6 +193,18 @@ pub async fn deliveries(
 
 /// `POST /api/webhooks/{id}/deliveries/{delivery_id}/redeliver`: send a delivery again (a
 /// failed one, or a delivered one the receiver lost), with a fresh attempt budget.
+#[utoipa::path(
+    post,
+    path = "/api/webhooks/{id}/deliveries/{delivery_id}/redeliver",
+    tag = "webhooks",
+    summary = "Send a delivery again",
+    params(("id" = String, Path, description = "The webhook id"), ("delivery_id" = String, Path, description = "The delivery id")),
+    responses(
+        (status = 202, description = "Queued again"),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn redeliver(
     State(state): State<AppState>,
     Caller(owner): Caller,
@@ -167,6 +228,18 @@ pub async fn redeliver(
 
 /// `POST /api/webhooks/{id}/enable`: a disabled subscription receives again (deliveries
 /// that failed meanwhile stay failed; redeliver them by hand).
+#[utoipa::path(
+    post,
+    path = "/api/webhooks/{id}/enable",
+    tag = "webhooks",
+    summary = "Enable a webhook disabled after repeated failures",
+    params(("id" = String, Path, description = "The webhook id")),
+    responses(
+        (status = 204, description = "Enabled"),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
 pub async fn enable(
     State(state): State<AppState>,
     Caller(owner): Caller,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// Where an item is in its life. `pending` until it is decided; `superseded` when a later pause
 /// of its job set it aside as left behind by a dead attempt (nobody's answer; recorded again,
 /// it is pending again).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionStatus {
     Pending,

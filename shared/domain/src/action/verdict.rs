@@ -8,7 +8,7 @@ use crate::ids::JobId;
 use crate::job::{JobStatus, WaitReason};
 
 /// How far an approval reaches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// This call only.
@@ -29,7 +29,7 @@ impl Scope {
 
 /// What was decided about an item: a person's verdict, or (a `subtask` item) how its child
 /// task ended. Stored as the `decision` of the item, `{"decision": "<name>", ...}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Verdict {
     /// Run the call (tool and package requests).
@@ -168,7 +168,7 @@ impl Verdict {
 }
 
 /// A recorded decision: the verdict, who gave it, and what came with it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Decision {
     #[serde(flatten)]
     pub verdict: Verdict,
