@@ -42,7 +42,10 @@ async fn schemathesis_finds_nothing_in_the_published_contract() {
     let config = report.path().join("schemathesis.toml");
     let ids = [
         (r"^/api/local/tasks/\{id\}", task.to_string()),
-        (r"^/api/local/schedules/\{id\}", schedule["id"].as_str().expect("id").to_owned()),
+        (
+            r"^/api/local/schedules/\{id\}",
+            schedule["id"].as_str().expect("id").to_owned(),
+        ),
         (r"^/api/webhooks/\{id\}", webhook.id.to_string()),
     ];
     let operations: String = ids
@@ -61,7 +64,10 @@ async fn schemathesis_finds_nothing_in_the_published_contract() {
         .arg(&config)
         .arg("run")
         .arg(stack.url("/api/openapi.json"))
-        .args(["--header", &format!("Authorization: Bearer {}", stack.token)])
+        .args([
+            "--header",
+            &format!("Authorization: Bearer {}", stack.token),
+        ])
         .args([
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,\
@@ -81,7 +87,10 @@ async fn schemathesis_finds_nothing_in_the_published_contract() {
         String::from_utf8_lossy(&output.stderr)
     );
     println!("{text}");
-    assert!(output.status.success(), "schemathesis found problems:\n{text}");
+    assert!(
+        output.status.success(),
+        "schemathesis found problems:\n{text}"
+    );
     // "Test cases:\n  1984 generated, 1984 passed"
     let cases: usize = text
         .split("Test cases:")
@@ -89,5 +98,8 @@ async fn schemathesis_finds_nothing_in_the_published_contract() {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    assert!(cases >= 1000, "at least 1,000 generated cases ({cases}):\n{text}");
+    assert!(
+        cases >= 1000,
+        "at least 1,000 generated cases ({cases}):\n{text}"
+    );
 }

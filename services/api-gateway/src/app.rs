@@ -96,7 +96,11 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(webhooks::redeliver))
         .routes(routes!(webhooks::enable))
         .routes(routes!(schedules::create, schedules::list))
-        .routes(routes!(schedules::get, schedules::update, schedules::delete))
+        .routes(routes!(
+            schedules::get,
+            schedules::update,
+            schedules::delete
+        ))
         .routes(routes!(schedules::pause))
         .routes(routes!(schedules::resume))
         .routes(routes!(schedules::run_now))
@@ -120,14 +124,21 @@ pub fn router(state: AppState) -> Router {
     let doc = axum::body::Bytes::from(doc.to_pretty_json().unwrap_or_default());
     let openapi = get(move || {
         let doc = doc.clone();
-        async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], doc) }
+        async move {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                doc,
+            )
+        }
     });
     Router::new()
         .route("/api/openapi.json", openapi)
+        .route("/metrics", get(maestro_runtime::metrics::handler))
         .merge(api)
         .fallback(routes::not_found)
         .merge(crate::a2a::router())
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
+        .layer(axum::middleware::from_fn(count_request))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
                 let span = tracing::info_span!(
@@ -141,6 +152,24 @@ pub fn router(state: AppState) -> Router {
             }),
         )
         .with_state(state)
+}
+
+/// Count each answered request by method, matched route (the template, never the ids in it)
+/// and status.
+async fn count_request(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!(maestro_runtime::metrics::HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
+        .increment(1);
+    response
 }
 
 /// Bind, announce the address, and serve until `shutdown`. Then the listener closes, SSE
@@ -201,7 +230,11 @@ mod tests {
     #[test]
     fn the_openapi_document_describes_every_route_with_bearer_auth() {
         let doc: serde_json::Value = serde_json::from_str(&openapi_json()).expect("JSON");
-        assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")));
+        assert!(
+            doc["openapi"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("3.1"))
+        );
         let paths = doc["paths"].as_object().expect("paths");
         let operations: usize = paths
             .values()

@@ -87,10 +87,33 @@ pub async fn open(
         render,
     };
     tokio::spawn(pump.run(first, feed));
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (Ok(item), rx))
+    Ok(sse(rx, keepalive, "task"))
+}
+
+/// The SSE response of a client's channel, with keep-alives; counted in
+/// `maestro_sse_clients{stream}` while the client is connected.
+pub fn sse(rx: mpsc::Receiver<SseEvent>, keepalive: Duration, kind: &'static str) -> SseStream {
+    let client = Connected::new(kind);
+    let stream = futures::stream::unfold((rx, client), |(mut rx, client)| async move {
+        rx.recv().await.map(|item| (Ok(item), (rx, client)))
     });
-    Ok(Sse::new(stream.boxed()).keep_alive(KeepAlive::new().interval(keepalive)))
+    Sse::new(stream.boxed()).keep_alive(KeepAlive::new().interval(keepalive))
+}
+
+/// One connected SSE client, in the gauge while it lives.
+struct Connected(&'static str);
+
+impl Connected {
+    fn new(kind: &'static str) -> Self {
+        metrics::gauge!(maestro_runtime::metrics::SSE_CLIENTS, "stream" => kind).increment(1.0);
+        Self(kind)
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        metrics::gauge!(maestro_runtime::metrics::SSE_CLIENTS, "stream" => self.0).decrement(1.0);
+    }
 }
 
 /// Whether a delta replay knows of deltas the client missed.

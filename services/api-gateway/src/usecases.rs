@@ -80,6 +80,7 @@ pub async fn cancel(state: &AppState, owner: &Owner, task_id: TaskId) -> Result<
     let mut after = AfterCommit::events().wake_joiner();
     for job in &cancelled {
         tracing::info!(task_id = %job.task_id, job_id = %job.job_id, "job cancelled");
+        maestro_runtime::metrics::transition("cancelled");
         after = after.stop(job.job_id);
     }
     state.bus.after_commit(after).await;
@@ -162,6 +163,7 @@ pub async fn continue_task(
         match continues::insert(&state.pool, &new).await? {
             continues::Continued::Created { job_no, .. } => {
                 tracing::info!(%task_id, %job_id, job_no, from = %from, "task continued");
+                maestro_runtime::metrics::transition("queued");
                 state
                     .bus
                     .after_commit(AfterCommit::new_job(task_id, job_id))

@@ -59,6 +59,13 @@ impl Handler for DeliveryHandler {
             }
         };
         let (attempt, outcome) = settle(attempt, delivery, self.retry_base, self.retry_max);
+        let counted = match &attempt {
+            Attempt::Delivered { .. } => "delivered",
+            Attempt::Failed { give_up: true, .. } => "gave_up",
+            Attempt::Failed { .. } => "failed",
+        };
+        metrics::counter!(maestro_runtime::metrics::WEBHOOK_DELIVERIES, "outcome" => counted)
+            .increment(1);
         let recorded = maestro_db::webhooks::record_attempt(
             &self.pool,
             pending.id,

@@ -15,6 +15,8 @@ pub struct Settings {
     pub relay_poll: Duration,
     /// How often to look for jobs that should be running but are not.
     pub redispatch_interval: Duration,
+    /// How often the job, outbox and JetStream gauges are read (`gauges.rs`).
+    pub metrics_poll: Duration,
     /// How long a job may sit queued (or a due retry, or an expired lease) before it is
     /// dispatched again.
     pub redispatch_grace: Duration,
@@ -37,6 +39,7 @@ impl Settings {
             relay_batch: env.parse("RELAY_BATCH", 500)?,
             relay_poll: env.millis("RELAY_POLL_MS", Duration::from_secs(1))?,
             redispatch_interval: env.millis("REDISPATCH_INTERVAL_MS", Duration::from_secs(5))?,
+            metrics_poll: env.millis("METRICS_POLL_MS", Duration::from_secs(15))?,
             redispatch_grace: env.millis("REDISPATCH_GRACE_MS", Duration::from_secs(30))?,
             join_poll: env.millis("SUBTASK_JOIN_POLL_MS", Duration::from_secs(2))?,
             schedule_batch: env.parse("SCHEDULE_BATCH", 200)?,

@@ -173,6 +173,9 @@ impl Firer {
         };
         for s in started {
             after = after.and(AfterCommit::new_job(s.task_id, s.job_id));
+            maestro_runtime::metrics::task_created("schedule");
+            metrics::counter!(maestro_runtime::metrics::SCHEDULE_FIRES, "outcome" => "started")
+                .increment(1);
         }
         if after != AfterCommit::none() {
             self.bus.after_commit(after).await;

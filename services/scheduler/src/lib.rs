@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod fire;
+pub mod gauges;
 pub mod joiner;
 pub mod redispatch;
 pub mod relay;
@@ -41,6 +42,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         idle: std::time::Duration::from_secs(60),
         max_attempts: settings.job_max_attempts,
     };
+    let gauges = gauges::Gauges {
+        pool: pool.clone(),
+        bus: bus.clone(),
+        interval: settings.metrics_poll,
+    };
     let redispatcher = redispatch::Redispatcher {
         pool,
         bus,
@@ -52,6 +58,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         relay.run(shutdown.clone()),
         joiner.run(shutdown.clone()),
         firer.run(shutdown.clone()),
+        gauges.run(shutdown.clone()),
         redispatcher.run(shutdown)
     );
     Ok(())

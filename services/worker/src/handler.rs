@@ -11,6 +11,7 @@ use maestro_db::jobs::{self, Fence};
 use maestro_domain::job::NotClaimed;
 use maestro_messaging::payloads::JobDispatch;
 use maestro_messaging::{AfterCommit, Delivery, Handler, Outcome};
+use maestro_runtime::metrics::transition;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -146,8 +147,24 @@ impl JobHandler {
             last,
             interjections,
         };
+        let started = std::time::Instant::now();
+        transition("running");
         let result = agent::run(&self.deps, &claimed, delivery, early).await;
         keeper.abort();
+        let ended = match &result {
+            Ok(JobEnd::Succeeded) => "succeeded",
+            Ok(JobEnd::Failed(_)) => "failed",
+            Ok(JobEnd::Retry(_)) => "retry",
+            Ok(JobEnd::Released) => "queued",
+            Ok(JobEnd::Paused) => "waiting",
+            Ok(JobEnd::Fenced) | Err(JobError::Fenced(_)) => "fenced",
+            Err(_) => "interrupted",
+        };
+        if !matches!(ended, "fenced" | "interrupted") {
+            transition(ended);
+        }
+        metrics::histogram!(maestro_runtime::metrics::JOB_DURATION, "outcome" => ended)
+            .record(maestro_runtime::metrics::seconds(started));
         match result {
             Ok(JobEnd::Succeeded | JobEnd::Fenced | JobEnd::Paused) => Outcome::Done,
             // The job is settled as failed; the dispatch is terminated and kept as a dead

@@ -20,6 +20,7 @@ pub mod operations;
 pub mod outbox;
 mod parse;
 pub mod schedules;
+pub mod stats;
 pub mod subtasks;
 pub mod tasks;
 pub mod webhooks;

@@ -10,7 +10,9 @@ use sha2::Sha256;
 const PREFIX: &str = "whsec_";
 
 /// Where one webhook delivery stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryStatus {
     /// Not delivered yet; attempts go on.

@@ -5,6 +5,7 @@
 pub mod env;
 pub mod http_trace;
 pub mod infra;
+pub mod metrics;
 pub mod pieces;
 pub mod shutdown;
 pub mod telemetry;
@@ -15,14 +16,19 @@ use std::net::SocketAddr;
 pub use env::{ConfigError, Env};
 pub use infra::{Infra, StartError};
 
-/// Print `MAESTRO_READY service=<name> [addr=<addr>]` on stdout once a service is serving.
-/// Logs go to stderr, so this line is easy to wait for from a script or a test harness.
+/// Print `MAESTRO_READY service=<name> [addr=<addr>] [metrics=<addr>]` on stdout once a
+/// service is serving. Logs go to stderr, so this line is easy to wait for from a script or a
+/// test harness.
 pub fn announce_ready(service: &str, addr: Option<SocketAddr>) {
+    let mut line = format!("MAESTRO_READY service={service}");
+    if let Some(addr) = addr {
+        line.push_str(&format!(" addr={addr}"));
+    }
+    if let Some(metrics) = metrics::served_at() {
+        line.push_str(&format!(" metrics={metrics}"));
+    }
     let mut out = std::io::stdout().lock();
-    let _ = match addr {
-        Some(addr) => writeln!(out, "MAESTRO_READY service={service} addr={addr}"),
-        None => writeln!(out, "MAESTRO_READY service={service}"),
-    };
+    let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 
@@ -50,6 +56,18 @@ where
     let _telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(&env, service)?);
     let settings = settings(&env)?;
     tracing::info!(?settings, "starting {service}");
+    metrics::install(service);
+    // `METRICS_ADDR` (default: a free port on loopback, announced when ready); `off`: none.
+    match env.string("METRICS_ADDR", "127.0.0.1:0").as_str() {
+        "off" | "" => {}
+        addr => {
+            let addr: SocketAddr = addr
+                .parse()
+                .map_err(|_| env.invalid("METRICS_ADDR", "an address like 0.0.0.0:9100, or off"))?;
+            let bound = metrics::serve(addr).await?;
+            tracing::info!(%bound, "metrics on /metrics");
+        }
+    }
     run(settings, shutdown::on_signal()).await
 }
 

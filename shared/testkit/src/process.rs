@@ -17,6 +17,7 @@ pub struct Process {
     child: Child,
     log: PathBuf,
     addr: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
 }
 
 impl Process {
@@ -63,10 +64,13 @@ impl Process {
             }
             Err(_) => bail!("{name} was not ready within 30 s:\n{}", tail(&log)),
         };
-        let addr = announced
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix("addr="))
-            .and_then(|a| a.parse().ok());
+        let announced_addr = |key: &str| {
+            announced
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key))
+                .and_then(|a| a.parse().ok())
+        };
+        let (addr, metrics) = (announced_addr("addr="), announced_addr("metrics="));
         let log_for_stdout = log.clone();
         tokio::spawn(async move {
             let Ok(mut file) = tokio::fs::OpenOptions::new()
@@ -85,12 +89,18 @@ impl Process {
             child,
             log,
             addr,
+            metrics,
         })
     }
 
     /// The address the process announced, if it listens on one.
     pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
+    }
+
+    /// Where the process serves `/metrics`, if it announced it.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     pub fn pid(&self) -> Option<u32> {

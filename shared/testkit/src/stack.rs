@@ -303,6 +303,28 @@ impl Stack {
             .and_then(Process::pid)
     }
 
+    /// What an instance's `/metrics` answers now (Prometheus text).
+    pub async fn scrape(&self, instance: &str) -> String {
+        let addr = self
+            .processes
+            .iter()
+            .find(|p| p.name == instance)
+            .and_then(Process::metrics_addr)
+            .unwrap_or_else(|| panic!("{instance} announced no metrics address"));
+        let response = self
+            .http
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{instance}'s /metrics answers: {e}"));
+        assert!(
+            response.status().is_success(),
+            "{instance}: {}",
+            response.status()
+        );
+        response.text().await.expect("the metrics text")
+    }
+
     /// SIGKILL an instance.
     pub async fn kill(&mut self, instance: &str) {
         self.process(instance).kill().await;

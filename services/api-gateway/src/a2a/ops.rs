@@ -206,6 +206,7 @@ async fn create(
         return repeated_creation(ctx, &key, &hash).await;
     }
     tracing::info!(%task_id, %job_id, %piece, "task created over A2A");
+    maestro_runtime::metrics::task_created("a2a");
     ctx.state
         .bus
         .after_commit(AfterCommit::new_job(task_id, job_id))

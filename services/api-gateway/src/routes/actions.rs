@@ -7,9 +7,9 @@
 //! (`maestro_pauses::decide`). An answer to an `ask` is a comment (see `crate::routing`); an
 //! MCP token is supplied with `PUT /api/local/mcp-servers/{server}/token`.
 
-use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use maestro_api::ErrorBody;
 use maestro_api::{ActionList, DecideReply, DecideRequest, TokenReply, TokenRequest};
 use maestro_domain::{ActionId, WaitReason};
 use serde::Deserialize;

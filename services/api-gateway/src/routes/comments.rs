@@ -1,10 +1,10 @@
 //! `/api/local/tasks/{id}/comments` and `/cancel`: the two ways a person reaches a task's job.
 //! Where a comment goes is `crate::routing`'s (SPEC §3.2).
 
-use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use maestro_api::ErrorBody;
 use maestro_api::{CommentList, NewComment, RoutedComment, Task};
 
 use super::owned_task;

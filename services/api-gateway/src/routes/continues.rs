@@ -5,11 +5,11 @@
 //! (409 naming its state: a paused job is answered or decided, not continued). With an
 //! `Idempotency-Key`, a repeat returns the task as the first request left it.
 
-use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use maestro_api::ErrorBody;
 use maestro_api::{ContinueTask, Task};
 
 use super::owned_task;

@@ -1,9 +1,9 @@
 //! What a task has done: its persisted events, its transcript, the subtasks it delegated;
 //! and the pieces tasks may name.
 
-use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use maestro_api::ErrorBody;
 use maestro_api::{EventPage, SubtaskList, Transcript};
 use serde::Deserialize;
 

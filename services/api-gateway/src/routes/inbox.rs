@@ -14,7 +14,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::Event as SseEvent;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use maestro_api::{ActivityItem, ActivityPage, InboxItem, InboxPage, MarkAllRead, MarkedRead};
@@ -259,10 +259,7 @@ pub async fn stream(
     let (tx, rx) = mpsc::channel(state.settings.sse_buffer);
     let keepalive = state.settings.sse_keepalive;
     tokio::spawn(pump(state, owner, cursor, wakes, tx));
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (Ok(item), rx))
-    });
-    Ok(Sse::new(stream.boxed()).keep_alive(KeepAlive::new().interval(keepalive)))
+    Ok(crate::stream::sse(rx, keepalive, "inbox"))
 }
 
 /// Send the owner's items after `cursor` to one client until it goes or the gateway stops.

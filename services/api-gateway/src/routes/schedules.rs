@@ -2,11 +2,11 @@
 //! and stores a schedule with its next fire time and wakes the schedulers; they fire it.
 //! `POST …/run` fires one now, here.
 
-use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use maestro_api::ErrorBody;
 use maestro_api::{
     CreateSchedule, Schedule as ScheduleView, SchedulePage, ScheduleRun, ScheduleRunPage,
     TaskTemplate,

@@ -3,10 +3,10 @@
 //! [`StreamId`]), exactly once (`crate::stream`). `Last-Event-ID` (or `?after=`) resumes after
 //! a given id.
 
-use maestro_api::ErrorBody;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
+use maestro_api::ErrorBody;
 use maestro_domain::{Event, JobId, StreamId, TaskId};
 use maestro_messaging::payloads::Delta;
 use serde::Deserialize;

@@ -1,10 +1,10 @@
 //! `/api/local/tasks`: create, read and list tasks.
 
-use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use maestro_api::ErrorBody;
 use maestro_api::{CreateTask, Task, TaskPage};
 use maestro_db::tasks::NewTask;
 use maestro_domain::job::DEFAULT_PROFILE;
@@ -95,6 +95,7 @@ pub async fn create(
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
     };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");
+    maestro_runtime::metrics::task_created("rest");
     state
         .bus
         .after_commit(AfterCommit::new_job(task_id, job_id))

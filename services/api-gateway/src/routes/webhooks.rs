@@ -1,11 +1,11 @@
 //! `/api/webhooks`: the caller's webhook subscriptions. Deliveries are signed per Standard
 //! Webhooks with the subscription's secret, which is shown only in the creating response.
 
-use maestro_api::ErrorBody;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::Utc;
+use maestro_api::ErrorBody;
 use maestro_api::{CreateWebhook, DeliveryPage, Webhook, WebhookDeliveryView, WebhookList};
 use maestro_db::webhooks::Subscription;
 use maestro_domain::notification::NotificationType;

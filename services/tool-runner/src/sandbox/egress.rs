@@ -275,8 +275,14 @@ async fn connection(mut client: UnixStream, allowed: &[String]) {
         }
     };
     let addr = match destination(&host, port, allowed).await {
-        Ok(addr) => addr,
+        Ok(addr) => {
+            metrics::counter!(maestro_runtime::metrics::EGRESS, "decision" => "allowed")
+                .increment(1);
+            addr
+        }
         Err(reason) => {
+            metrics::counter!(maestro_runtime::metrics::EGRESS, "decision" => "refused")
+                .increment(1);
             tracing::info!(%host, port, %reason, "egress refused");
             return refuse(&mut client, 403, &reason).await;
         }

@@ -179,6 +179,17 @@ impl Sandbox {
         }
         let memory_exceeded = held.memory_exceeded();
         drop(held);
+        let killed = match exit {
+            Exit::Code(_) if memory_exceeded => Some("memory"),
+            Exit::Code(_) => None,
+            Exit::TimedOut => Some("timeout"),
+            Exit::RunawayOutput => Some("runaway_output"),
+            Exit::Cancelled => Some("cancelled"),
+        };
+        if let Some(reason) = killed {
+            metrics::counter!(maestro_runtime::metrics::SANDBOX_KILLS, "reason" => reason)
+                .increment(1);
+        }
         let (stdout, out_dropped, out_invalid) = stdout.await.unwrap_or_default();
         let (stderr, err_dropped, err_invalid) = stderr.await.unwrap_or_default();
         Ok(ProgramOutput {

@@ -39,6 +39,8 @@ impl JobRun<'_> {
             }
             if self.iterations > 0 {
                 self.log_overhead(iteration_started);
+                metrics::histogram!(maestro_runtime::metrics::ITERATION_DURATION)
+                    .record(maestro_runtime::metrics::seconds(iteration_started));
             }
             iteration_started = Instant::now();
             if let Some(end) = self.before_llm().await? {

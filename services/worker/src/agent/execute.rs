@@ -169,6 +169,20 @@ impl JobRun<'_> {
         let sent = std::time::Instant::now();
         let reply = tool_client::execute(&self.shared.bus.nats, subject, request, wait).await;
         Waits::add(&self.waits.tools_us, sent);
+        let outcome = match &reply {
+            Err(_) => "unavailable",
+            Ok(reply) if reply.not_run => "not_run",
+            Ok(reply) if reply.ok => "ok",
+            Ok(_) => "error",
+        };
+        // Built-in tool names are a fixed set; MCP tools are counted together.
+        let tool = if request.mcp.is_some() {
+            "mcp".to_owned()
+        } else {
+            request.tool.clone()
+        };
+        metrics::histogram!(maestro_runtime::metrics::TOOL_DURATION, "tool" => tool, "outcome" => outcome)
+            .record(maestro_runtime::metrics::seconds(sent));
         let reply = reply.map_err(CallError::Unavailable)?;
         if reply.not_run {
             return Err(CallError::Unavailable(tool_client::Unavailable(

@@ -28,6 +28,7 @@ impl JobRun<'_> {
         };
         let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());
         let waited = std::time::Instant::now();
+        let call = LlmCallMetrics::start();
         let started = tokio::select! {
             started = self.shared.llm.stream_chat(request) => started,
             _ = lost.cancelled() => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
@@ -35,7 +36,10 @@ impl JobRun<'_> {
         };
         let mut stream = match started {
             Ok(stream) => stream,
-            Err(e) => return Ok(Err(Interrupt::Llm(e))),
+            Err(e) => {
+                call.end("error", None);
+                return Ok(Err(Interrupt::Llm(e)));
+            }
         };
         Waits::add(&self.waits.llm_us, waited);
         let mut acc = Accumulator::default();
@@ -50,14 +54,19 @@ impl JobRun<'_> {
             let Some(event) = next else { break };
             let event = match event {
                 Ok(event) => event,
-                Err(e) => return Ok(Err(Interrupt::Llm(e))),
+                Err(e) => {
+                    call.end("error", None);
+                    return Ok(Err(Interrupt::Llm(e)));
+                }
             };
+            call.first_event();
             if let Some(fragment) = fragment_of(&event) {
                 self.journal.delta(fragment).await;
             }
             acc.push(&event);
         }
         let completion = acc.finish();
+        call.end("ok", completion.usage.as_ref());
         if let Some(usage) = completion.usage {
             tracing::info!(
                 "prompt_cache reused={} prompt={} pct={:.1}",
@@ -67,6 +76,39 @@ impl JobRun<'_> {
             );
         }
         Ok(Ok(completion))
+    }
+}
+
+/// The metrics of one streaming call: its duration, the time to its first event, its tokens.
+struct LlmCallMetrics {
+    start: std::time::Instant,
+    first: std::cell::Cell<bool>,
+}
+
+impl LlmCallMetrics {
+    fn start() -> Self {
+        Self {
+            start: std::time::Instant::now(),
+            first: std::cell::Cell::new(false),
+        }
+    }
+
+    fn first_event(&self) {
+        if !self.first.replace(true) {
+            metrics::histogram!(maestro_runtime::metrics::LLM_FIRST_TOKEN)
+                .record(maestro_runtime::metrics::seconds(self.start));
+        }
+    }
+
+    fn end(&self, outcome: &'static str, usage: Option<&Usage>) {
+        use maestro_runtime::metrics::{LLM_DURATION, LLM_TOKENS, seconds};
+        metrics::histogram!(LLM_DURATION, "outcome" => outcome).record(seconds(self.start));
+        if let Some(usage) = usage {
+            metrics::counter!(LLM_TOKENS, "kind" => "prompt").increment(usage.prompt_tokens);
+            metrics::counter!(LLM_TOKENS, "kind" => "cached").increment(usage.cached_prompt_tokens);
+            metrics::counter!(LLM_TOKENS, "kind" => "completion")
+                .increment(usage.completion_tokens);
+        }
     }
 }
 
