@@ -33,6 +33,20 @@ ensure_bubblewrap() {
   fi
 }
 
+# Prometheus and promtool (Debian package `prometheus`): tests/observability.rs checks the
+# alert rules and runs a real Prometheus against a stack. The package's service is not started.
+ensure_prometheus() {
+  command -v prometheus >/dev/null && command -v promtool >/dev/null && return 0
+  log "installing prometheus (Debian) for the observability tests"
+  if [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; } \
+      || die "cannot install prometheus"
+  else
+    die "prometheus is missing: install the prometheus package (or set PROMETHEUS_BIN and PROMTOOL_BIN)"
+  fi
+}
+
 # The MCP reference server the MCP tests run (npm @modelcontextprotocol/server-everything).
 MCP_EVERYTHING_VERSION=2026.8.31
 ensure_mcp_server() {

@@ -103,6 +103,8 @@ pub(crate) async fn record_dead_letter(
         reason,
         attempts: delivery.attempt as i32,
     };
+    metrics::counter!(maestro_runtime::metrics::DEAD_LETTERS, "consumer" => consumer.to_owned())
+        .increment(1);
     if let Err(e) = maestro_db::dead_letters::record(pool, letter).await {
         tracing::error!(error = %e, reason, "cannot record a dead letter");
     }

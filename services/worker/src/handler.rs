@@ -108,6 +108,8 @@ impl Handler for JobHandler {
             reason,
             attempts: delivery.attempt as i32,
         };
+        metrics::counter!(maestro_runtime::metrics::DEAD_LETTERS, "consumer" => "jobs")
+            .increment(1);
         if let Err(e) = maestro_db::dead_letters::record(&self.deps.pool, letter).await {
             tracing::error!(error = %e, reason, "cannot record a dead letter");
         }

@@ -59,8 +59,8 @@ pub const WEBHOOK_DELIVERIES: &str = "maestro_webhook_deliveries_total";
 /// Scheduled runs started (`outcome`: started, skipped).
 pub const SCHEDULE_FIRES: &str = "maestro_schedule_fires_total";
 
-/// Every metric with its help text.
-const HELP: &[(&str, &str)] = &[
+/// Every metric MAESTRO records, with its help text (dashboards and alerts use only these).
+pub const HELP: &[(&str, &str)] = &[
     (
         JOB_TRANSITIONS,
         "Job status transitions, by the status entered.",

@@ -303,14 +303,18 @@ impl Stack {
             .and_then(Process::pid)
     }
 
-    /// What an instance's `/metrics` answers now (Prometheus text).
-    pub async fn scrape(&self, instance: &str) -> String {
-        let addr = self
-            .processes
+    /// Where an instance serves `/metrics`.
+    pub fn metrics_addr(&self, instance: &str) -> std::net::SocketAddr {
+        self.processes
             .iter()
             .find(|p| p.name == instance)
             .and_then(Process::metrics_addr)
-            .unwrap_or_else(|| panic!("{instance} announced no metrics address"));
+            .unwrap_or_else(|| panic!("{instance} announced no metrics address"))
+    }
+
+    /// What an instance's `/metrics` answers now (Prometheus text).
+    pub async fn scrape(&self, instance: &str) -> String {
+        let addr = self.metrics_addr(instance);
         let response = self
             .http
             .get(format!("http://{addr}/metrics"))
