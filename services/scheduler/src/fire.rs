@@ -178,7 +178,10 @@ impl Firer {
                 .increment(1);
         }
         if after != AfterCommit::none() {
-            self.bus.after_commit(after).await;
+            // A scheduled run starts its job's trace here (the dispatch carries it).
+            use tracing::Instrument as _;
+            let span = tracing::info_span!("schedule_fire", runs = started.len());
+            self.bus.after_commit(after).instrument(span).await;
         }
     }
 }

@@ -13,7 +13,7 @@ use futures::future::try_join_all;
 use maestro_db::PgPool;
 use maestro_db::outbox::{self, OutboxRow};
 use maestro_messaging::Bus;
-use maestro_messaging::publish::{A2A_PUSH_HEADER, headers_traced};
+use maestro_messaging::publish::{A2A_PUSH_HEADER, headers_relayed};
 use tokio_util::sync::CancellationToken;
 
 /// Publishes the outbox.
@@ -67,7 +67,7 @@ impl Relay {
         let mut acks = Vec::with_capacity(rows.len());
         for row in rows {
             let subject = self.bus.subjects.of_topic(row.topic);
-            let mut headers = headers_traced(&row.msg_id, row.traceparent.as_deref());
+            let mut headers = headers_relayed(&row.msg_id, row.traceparent.as_deref());
             if row.a2a_push {
                 headers.insert(A2A_PUSH_HEADER, "1");
             }

@@ -148,6 +148,19 @@ pub async fn claim_many(
     worker_id: &str,
     lease: Duration,
 ) -> Result<Vec<Claimed>, DbError> {
+    claim_many_traced(pool, job_ids, &[], worker_id, lease).await
+}
+
+/// [`claim_many`], recording on each job the W3C `traceparent` its dispatch carried
+/// (`traceparents[i]` for `job_ids[i]`; empty or missing: none). A job keeps the first one
+/// recorded, so every attempt and every event of the job joins one trace.
+pub async fn claim_many_traced(
+    pool: &PgPool,
+    job_ids: &[JobId],
+    traceparents: &[String],
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Vec<Claimed>, DbError> {
     let ids: Vec<uuid::Uuid> = job_ids.iter().map(|id| id.0).collect();
     let rows = sqlx::query_as!(
         Row,
@@ -158,7 +171,10 @@ pub async fn claim_many(
                    lease_expires_at = now() + make_interval(secs => $3),
                    started_at = COALESCE(started_at, now()), next_retry_at = NULL,
                    wait_reason = NULL, last_job_seq = last_job_seq + 1, updated_at = now(),
-                   redispatches = 0
+                   redispatches = 0,
+                   traceparent = COALESCE(jobs.traceparent,
+                       (SELECT NULLIF(x.tp, '') FROM unnest($1::uuid[], $4::text[]) AS x(id, tp)
+                         WHERE x.id = jobs.id))
              WHERE id = ANY($1)
                AND (status = 'queued'
                     OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
@@ -198,6 +214,7 @@ pub async fn claim_many(
         &ids,
         worker_id,
         lease.as_secs_f64(),
+        traceparents,
     )
     .fetch_all(pool)
     .await?;

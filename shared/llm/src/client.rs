@@ -98,6 +98,9 @@ impl LlmClient {
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
+        if let Some(traceparent) = current_traceparent() {
+            builder = builder.header("traceparent", traceparent);
+        }
         let response = builder.send().await?;
         let status = response.status();
         if !status.is_success() {
@@ -118,4 +121,16 @@ impl LlmClient {
         }
         Ok(ChatStream::new(response, self.config.idle_timeout))
     }
+}
+
+/// The W3C `traceparent` of the current span, so the LLM server (or a proxy in front of it)
+/// can join the job's trace.
+fn current_traceparent() -> Option<String> {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let context = tracing::Span::current().context();
+    let mut headers = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut headers);
+    });
+    headers.remove("traceparent")
 }

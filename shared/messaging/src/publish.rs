@@ -30,6 +30,17 @@ pub const A2A_PUSH_HEADER: &str = "Maestro-A2A-Push";
 
 /// Headers for a message published on behalf of a database row: its id and the trace
 /// context the row carried, if any.
+pub fn headers_relayed(msg_id: &str, traceparent: Option<&str>) -> HeaderMap {
+    let Some(parent) = traceparent else {
+        return headers_traced(msg_id, None);
+    };
+    // The hop through the relay, as a span of the trace the row carries.
+    let span = tracing::info_span!("relay", msg_id);
+    crate::trace::adopt_traceparent(&span, parent);
+    span.in_scope(|| headers(msg_id))
+}
+
+/// Headers with `Nats-Msg-Id` and a given `traceparent` (read back from a row).
 pub fn headers_traced(msg_id: &str, traceparent: Option<&str>) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert("Nats-Msg-Id", msg_id);

@@ -46,6 +46,13 @@ pub fn adopt(span: &tracing::Span, headers: Option<&HeaderMap>) {
     let _ = span.set_parent(parent);
 }
 
+/// Make `span` a child of a stored `traceparent` (read back from a database row).
+pub fn adopt_traceparent(span: &tracing::Span, traceparent: &str) {
+    let mut headers = HeaderMap::new();
+    headers.insert("traceparent", traceparent);
+    adopt(span, Some(&headers));
+}
+
 /// The current `traceparent`, for carrying trace context through a database row.
 pub fn current_traceparent() -> Option<String> {
     let mut headers = HeaderMap::new();

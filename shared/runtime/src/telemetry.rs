@@ -4,7 +4,6 @@
 //! trace-context propagator is always installed, so trace ids cross HTTP and NATS hops.
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -31,7 +30,9 @@ impl TelemetrySettings {
             service: service.to_owned(),
             filter: env.string("RUST_LOG", "info"),
             pretty: format == "pretty",
-            otlp_endpoint: env.opt("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            otlp_endpoint: env
+                .opt("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .or_else(|| env.opt("OTEL_EXPORTER_OTLP_ENDPOINT")),
         })
     }
 }
@@ -68,36 +69,35 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
             .with_writer(std::io::stderr)
             .boxed()
     };
-    let provider = settings.otlp_endpoint.as_deref().and_then(|endpoint| {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
+    // Spans always carry OpenTelemetry context, so trace ids propagate over HTTP and NATS
+    // even when nothing is exported; with an endpoint, they are also batched out over
+    // OTLP/HTTP. The exporter reads the standard variables itself:
+    // `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL: `/v1/traces` is appended),
+    // `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is), `OTEL_EXPORTER_OTLP_HEADERS`, and the
+    // batch processor's `OTEL_BSP_*`.
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(settings.service.clone())
+        .build();
+    let mut builder = SdkTracerProvider::builder().with_resource(resource);
+    if settings.otlp_endpoint.is_some() {
+        match opentelemetry_otlp::SpanExporter::builder()
             .with_http()
-            .with_endpoint(endpoint)
-            .build();
-        match exporter {
-            Ok(exporter) => Some(
-                SdkTracerProvider::builder()
-                    .with_batch_exporter(exporter)
-                    .with_resource(
-                        opentelemetry_sdk::Resource::builder()
-                            .with_service_name(settings.service.clone())
-                            .build(),
-                    )
-                    .build(),
-            ),
-            Err(e) => {
-                eprintln!("OpenTelemetry export disabled: {e}");
-                None
-            }
+            .build()
+        {
+            Ok(exporter) => builder = builder.with_batch_exporter(exporter),
+            Err(e) => eprintln!("OpenTelemetry export disabled: {e}"),
         }
-    });
-    let otel = provider.as_ref().map(|provider| {
-        opentelemetry::global::set_tracer_provider(provider.clone());
-        tracing_opentelemetry::layer().with_tracer(provider.tracer(settings.service.clone()))
-    });
+    }
+    let provider = builder.build();
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    let otel =
+        tracing_opentelemetry::layer().with_tracer(provider.tracer(settings.service.clone()));
     tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
         .with(otel)
         .init();
-    TelemetryGuard { provider }
+    TelemetryGuard {
+        provider: Some(provider),
+    }
 }

@@ -193,7 +193,11 @@ fn read_request(body: &Value) -> Result<Asked, String> {
     })
 }
 
-async fn chat(State(server): State<Arc<Server>>, raw: Bytes) -> Response {
+async fn chat(
+    State(server): State<Arc<Server>>,
+    headers: axum::http::HeaderMap,
+    raw: Bytes,
+) -> Response {
     let body: Value = match serde_json::from_slice(&raw) {
         Ok(body) => body,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")),
@@ -218,7 +222,11 @@ async fn chat(State(server): State<Arc<Server>>, raw: Bytes) -> Response {
         };
         (scenario.name.clone(), turn.clone())
     };
-    server.record(&body, &raw, &scenario_name, asked.turn);
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    server.record(&body, &raw, &scenario_name, asked.turn, traceparent);
     let served = server.count(
         &format!("{}:{scenario_name}", asked.conversation),
         asked.turn,
@@ -272,7 +280,14 @@ async fn chat(State(server): State<Arc<Server>>, raw: Bytes) -> Response {
 impl Server {
     /// Keep a request: its parsed body, and the exact bytes the client sent for `tools` and
     /// `messages` (`raw_tools`, `raw_messages`), so tests can check byte stability.
-    fn record(&self, body: &Value, raw: &[u8], scenario: &str, turn: usize) {
+    fn record(
+        &self,
+        body: &Value,
+        raw: &[u8],
+        scenario: &str,
+        turn: usize,
+        traceparent: Option<String>,
+    ) {
         let fields: std::collections::HashMap<String, &serde_json::value::RawValue> =
             serde_json::from_slice(raw).unwrap_or_default();
         let text = |key: &str| fields.get(key).map(|r| r.get().to_owned());
@@ -291,6 +306,7 @@ impl Server {
             "body": body,
             "raw_tools": text("tools"),
             "raw_messages": text("messages"),
+            "traceparent": traceparent,
         }));
     }
 

@@ -8,6 +8,7 @@
 //! than repeat or skip it.
 
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use chrono::{DateTime, Utc};
 use maestro_db::operations::{self, NewOperation, Operation};
@@ -167,7 +168,16 @@ impl JobRun<'_> {
         let wait = settings.tool_timeout + Duration::from_secs(5);
         let subject = self.shared.bus.subjects.tools_exec();
         let sent = std::time::Instant::now();
-        let reply = tool_client::execute(&self.shared.bus.nats, subject, request, wait).await;
+        // A span `tool` of the job's trace; the tool-runner's span of the call is its child.
+        let span = tracing::info_span!(
+            "tool",
+            tool = %request.tool,
+            call_id = %request.call_id,
+            outcome = tracing::field::Empty
+        );
+        let reply = tool_client::execute(&self.shared.bus.nats, subject, request, wait)
+            .instrument(span.clone())
+            .await;
         Waits::add(&self.waits.tools_us, sent);
         let outcome = match &reply {
             Err(_) => "unavailable",
@@ -175,6 +185,7 @@ impl JobRun<'_> {
             Ok(reply) if reply.ok => "ok",
             Ok(_) => "error",
         };
+        span.record("outcome", outcome);
         // Built-in tool names are a fixed set; MCP tools are counted together.
         let tool = if request.mcp.is_some() {
             "mcp".to_owned()

@@ -18,9 +18,45 @@ pub(super) enum Interrupt {
 }
 
 impl JobRun<'_> {
+    /// One streaming LLM call, as a span `llm` of the job's trace with the model, the tokens
+    /// and the outcome.
     pub(super) async fn llm_iteration(
         &mut self,
     ) -> Result<Result<Completion, Interrupt>, JobError> {
+        use tracing::Instrument as _;
+        use tracing::field::Empty;
+        let span = tracing::info_span!(
+            "llm",
+            model = %self.model,
+            iteration = self.iterations + 1,
+            prompt_tokens = Empty,
+            cached_tokens = Empty,
+            completion_tokens = Empty,
+            finish_reason = Empty,
+            outcome = Empty
+        );
+        let result = self.stream_llm().instrument(span.clone()).await;
+        let outcome = match &result {
+            Ok(Ok(completion)) => {
+                if let Some(usage) = &completion.usage {
+                    span.record("prompt_tokens", usage.prompt_tokens);
+                    span.record("cached_tokens", usage.cached_prompt_tokens);
+                    span.record("completion_tokens", usage.completion_tokens);
+                }
+                if let Some(reason) = &completion.finish_reason {
+                    span.record("finish_reason", reason.as_str());
+                }
+                "ok"
+            }
+            Ok(Err(Interrupt::Llm(_))) => "error",
+            Ok(Err(Interrupt::Released)) => "released",
+            Err(_) => "lost",
+        };
+        span.record("outcome", outcome);
+        result
+    }
+
+    async fn stream_llm(&mut self) -> Result<Result<Completion, Interrupt>, JobError> {
         let request = ChatRequest {
             model: &self.model,
             tools: Some(&self.tools_json),
