@@ -38,7 +38,9 @@ async fn a_job_is_one_trace_across_all_five_services_and_its_webhook() {
         }),
     );
     let hook = format!("{}/hook", maestro_testkit::serve(app).await);
+    // Logs at `warn`: traces have their own filter (`OTEL_TRACES_FILTER`, default `info`).
     let options = StackOptions::new(scenarios())
+        .env("RUST_LOG", "warn")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)
         .env("OTEL_BSP_SCHEDULE_DELAY", "100");
     let stack = Stack::up(options).await;

@@ -18,6 +18,10 @@ pub struct TelemetrySettings {
     pub filter: String,
     pub pretty: bool,
     pub otlp_endpoint: Option<String>,
+    /// Which spans carry trace context and are exported (`OTEL_TRACES_FILTER`, an `EnvFilter`
+    /// like `RUST_LOG`, default `info`): apart from the logs' filter, so a service logging at
+    /// `warn` still propagates and exports its traces.
+    pub traces_filter: String,
 }
 
 impl TelemetrySettings {
@@ -30,6 +34,7 @@ impl TelemetrySettings {
             service: service.to_owned(),
             filter: env.string("RUST_LOG", "info"),
             pretty: format == "pretty",
+            traces_filter: env.string("OTEL_TRACES_FILTER", "info"),
             otlp_endpoint: env
                 .opt("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 .or_else(|| env.opt("OTEL_EXPORTER_OTLP_ENDPOINT")),
@@ -57,9 +62,12 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
     let filter = EnvFilter::try_new(&settings.filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let traces_filter =
+        EnvFilter::try_new(&settings.traces_filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = if settings.pretty {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_filter(filter)
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
@@ -67,6 +75,7 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
             .flatten_event(true)
             .with_current_span(true)
             .with_writer(std::io::stderr)
+            .with_filter(filter)
             .boxed()
     };
     // Spans always carry OpenTelemetry context, so trace ids propagate over HTTP and NATS
@@ -90,13 +99,10 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
     }
     let provider = builder.build();
     opentelemetry::global::set_tracer_provider(provider.clone());
-    let otel =
-        tracing_opentelemetry::layer().with_tracer(provider.tracer(settings.service.clone()));
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
-        .with(otel)
-        .init();
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(settings.service.clone()))
+        .with_filter(traces_filter);
+    tracing_subscriber::registry().with(fmt).with(otel).init();
     TelemetryGuard {
         provider: Some(provider),
     }

@@ -19,6 +19,8 @@ pub struct Args {
     pub jobs: usize,
     pub concurrency: usize,
     pub warmup: usize,
+    /// Export every service's spans to an OTLP receiver in the bench (`--export-traces`).
+    pub export_traces: bool,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
@@ -26,15 +28,22 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         jobs: 2000,
         concurrency: 64,
         warmup: 100,
+        export_traces: false,
     };
     while let Some(flag) = it.next() {
+        if flag == "--export-traces" {
+            args.export_traces = true;
+            continue;
+        }
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--jobs" => args.jobs = value.parse()?,
             "--concurrency" => args.concurrency = value.parse()?,
             "--warmup" => args.warmup = value.parse()?,
             other => {
-                anyhow::bail!("unknown flag {other}; flags: --jobs N --concurrency C --warmup N")
+                anyhow::bail!(
+                    "unknown flag {other}; flags: --jobs N --concurrency C --warmup N --export-traces"
+                )
             }
         }
     }
@@ -46,12 +55,22 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let bench = Bench::start().await?;
+    let receiver = match args.export_traces {
+        true => Some(maestro_testkit::OtlpReceiver::start().await),
+        false => None,
+    };
+    let bench = Bench::start_with(receiver.as_ref().map(|r| r.url.as_str())).await?;
     println!("warming up with {} jobs", args.warmup);
     bench.jobs(args.warmup, args.concurrency).await?;
     println!("running {} jobs, {} at a time", args.jobs, args.concurrency);
     let figures = bench.measure(args.jobs, args.concurrency).await?;
     figures.print();
+    if let Some(receiver) = &receiver {
+        println!(
+            "traces exported: {} spans received by the bench's OTLP receiver",
+            receiver.spans().len()
+        );
+    }
     bench.stages(figures.from).await
 }
 
@@ -141,7 +160,12 @@ impl Figures {
 impl Bench {
     /// The five services, their own database and nats-server, and the scripted LLM.
     pub async fn start() -> anyhow::Result<Self> {
-        let options = StackOptions::new(scenario())
+        Self::start_with(None).await
+    }
+
+    /// [`Bench::start`], the services exporting their spans to `otlp` when given.
+    pub async fn start_with(otlp: Option<&str>) -> anyhow::Result<Self> {
+        let mut options = StackOptions::new(scenario())
             // `BENCH_RUST_LOG=info TEST_LOG=1` keeps the services' logs.
             .env(
                 "RUST_LOG",
@@ -150,6 +174,9 @@ impl Bench {
             .env("WORKER_CONCURRENCY", "256")
             .env("DB_MAX_CONNECTIONS", "16")
             .env("RELAY_POLL_MS", "1000");
+        if let Some(url) = otlp {
+            options = options.env("OTEL_EXPORTER_OTLP_ENDPOINT", url);
+        }
         let stack = Arc::new(Stack::spawn(options).await?);
         let board: Arc<Mutex<Board>> = Arc::default();
         listen_for_success(&stack, board.clone()).await?;

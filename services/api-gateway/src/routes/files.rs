@@ -60,7 +60,13 @@ pub async fn get(
     };
     let body = serde_json::to_vec(&request).map_err(anyhow::Error::from)?;
     let subject = state.bus.subjects.files_read();
-    let reply = tokio::time::timeout(READ_TIMEOUT, state.bus.nats.request(subject, body.into()))
+    let mut headers = async_nats::HeaderMap::new();
+    maestro_messaging::trace::inject(&mut headers);
+    let asked = state
+        .bus
+        .nats
+        .request_with_headers(subject, headers, body.into());
+    let reply = tokio::time::timeout(READ_TIMEOUT, asked)
         .await
         .map_err(|_| ApiError::Unavailable("the tool-runner did not answer".to_owned()))?
         .map_err(|e| ApiError::Unavailable(format!("the tool-runner: {e}")))?;

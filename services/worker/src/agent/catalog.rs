@@ -158,8 +158,11 @@ async fn mcp_tools(
             allowed_hosts: shared.policy.allowed_hosts.clone(),
         };
         let payload = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+        let mut headers = async_nats::HeaderMap::new();
+        maestro_messaging::trace::inject(&mut headers);
         let message = async_nats::Request::new()
             .payload(payload)
+            .headers(headers)
             .timeout(Some(Duration::from_secs(30)));
         let reply = shared
             .bus
