@@ -31,10 +31,11 @@ pub const A2A_PUSH_HEADER: &str = "Maestro-A2A-Push";
 /// Headers for a message published on behalf of a database row: its id and the trace
 /// context the row carried, if any.
 pub fn headers_relayed(msg_id: &str, traceparent: Option<&str>) -> HeaderMap {
-    let Some(parent) = traceparent else {
-        return headers_traced(msg_id, None);
+    let Some(parent) = traceparent.filter(|_| crate::trace::exporting()) else {
+        return headers_traced(msg_id, traceparent);
     };
-    // The hop through the relay, as a span of the trace the row carries.
+    // The hop through the relay, as a span of the trace the row carries (when spans are
+    // exported; else the row's context is passed on as it is).
     let span = tracing::info_span!("relay", msg_id);
     crate::trace::adopt_traceparent(&span, parent);
     span.in_scope(|| headers(msg_id))

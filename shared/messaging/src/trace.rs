@@ -5,6 +5,19 @@ use async_nats::HeaderMap;
 use opentelemetry::propagation::{Extractor, Injector};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Say whether this process exports its spans (telemetry's start-up does): spans that only
+/// show a hop, like the relay's, are made only then; context propagates either way.
+pub fn set_exporting(exporting: bool) {
+    EXPORTING.store(exporting, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether this process exports its spans.
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 struct HeaderInjector<'a>(&'a mut HeaderMap);
 
 impl Injector for HeaderInjector<'_> {

@@ -93,7 +93,10 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
             .with_http()
             .build()
         {
-            Ok(exporter) => builder = builder.with_batch_exporter(exporter),
+            Ok(exporter) => {
+                builder = builder.with_batch_exporter(exporter);
+                maestro_messaging::trace::set_exporting(true);
+            }
             Err(e) => eprintln!("OpenTelemetry export disabled: {e}"),
         }
     }

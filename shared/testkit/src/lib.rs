@@ -26,7 +26,7 @@ pub use db::TestDb;
 pub use history::{TaskExt, job_states, of_kind, state_change, tool_results};
 pub use llm::ScriptedLlm;
 pub use nats::NatsServer;
-pub use otlp::{OtlpReceiver, ReceivedSpan};
+pub use otlp::{OtlpReceiver, OtlpSink, ReceivedSpan};
 pub use postgres::PgServer;
 pub use process::Process;
 pub use sse::{Next, SseClient, SseItem};

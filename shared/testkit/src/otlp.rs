@@ -41,6 +41,44 @@ pub struct OtlpReceiver {
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
 }
 
+/// Exports received and their bytes.
+type Counts = Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>;
+
+/// A receiver that only counts the exports and their bytes, as cheaply as it can: for a
+/// bench, where a real collector would run on another machine.
+#[derive(Debug, Clone)]
+pub struct OtlpSink {
+    pub url: String,
+    counts: Counts,
+}
+
+impl OtlpSink {
+    pub async fn start() -> Self {
+        let counts: Counts = Arc::default();
+        let kept = counts.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: Bytes| {
+                let kept = kept.clone();
+                async move {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    kept.0.fetch_add(1, Relaxed);
+                    kept.1.fetch_add(body.len() as u64, Relaxed);
+                    ExportTraceServiceResponse::default().encode_to_vec()
+                }
+            }),
+        );
+        let url = crate::serve(app).await;
+        Self { url, counts }
+    }
+
+    /// Exports received and their bytes so far.
+    pub fn received(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.counts.0.load(Relaxed), self.counts.1.load(Relaxed))
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

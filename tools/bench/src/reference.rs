@@ -56,7 +56,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let receiver = match args.export_traces {
-        true => Some(maestro_testkit::OtlpReceiver::start().await),
+        true => Some(maestro_testkit::OtlpSink::start().await),
         false => None,
     };
     let bench = Bench::start_with(receiver.as_ref().map(|r| r.url.as_str())).await?;
@@ -66,9 +66,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let figures = bench.measure(args.jobs, args.concurrency).await?;
     figures.print();
     if let Some(receiver) = &receiver {
+        let (exports, bytes) = receiver.received();
         println!(
-            "traces exported: {} spans received by the bench's OTLP receiver",
-            receiver.spans().len()
+            "traces exported: {exports} OTLP exports, {:.1} MiB, to the bench's counting receiver",
+            bytes as f64 / 1024.0 / 1024.0
         );
     }
     bench.stages(figures.from).await
