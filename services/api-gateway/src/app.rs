@@ -65,8 +65,8 @@ impl utoipa::Modify for BearerAuth {
 /// The REST routes and their OpenAPI document.
 pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use routes::{
-        actions, comments, continues, files, health, history, inbox, schedules, stream, tasks,
-        webhooks,
+        actions, comments, continues, files, health, history, inbox, mcp_logins, schedules, stream,
+        tasks, webhooks,
     };
     use utoipa::OpenApi as _;
     use utoipa_axum::routes;
@@ -90,6 +90,8 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(actions::decide_tool))
         .routes(routes!(actions::decide_package))
         .routes(routes!(actions::put_token))
+        .routes(routes!(mcp_logins::start))
+        .routes(routes!(mcp_logins::callback))
         .routes(routes!(webhooks::create, webhooks::list))
         .routes(routes!(webhooks::delete))
         .routes(routes!(webhooks::deliveries))

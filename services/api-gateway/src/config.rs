@@ -39,7 +39,8 @@ pub struct Settings {
     pub catalog: std::sync::Arc<maestro_domain::piece::Catalog>,
     /// How a task that names no piece gets one (`PIECE_SELECTION`).
     pub selection: maestro_runtime::pieces::Selection,
-    /// The gateway's URL as A2A clients reach it (`A2A_PUBLIC_URL`; default: the request's
+    /// The gateway's URL as people and A2A clients reach it (`PUBLIC_URL`, or the older
+    /// `A2A_PUBLIC_URL`), for the agent card and MCP login links; default: the request's
     /// `Host`), for the agent card.
     pub public_url: Option<String>,
     /// How long a blocking A2A `SendMessage` waits for the task to finish or need the client
@@ -99,7 +100,7 @@ impl Settings {
             sse_hub_backlog: env.parse::<usize>("SSE_HUB_BACKLOG", 4096)?.max(1),
             sse_stall: env.millis("SSE_STALL_MS", Duration::from_secs(30))?,
             shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(10))?,
-            public_url: env.opt("A2A_PUBLIC_URL"),
+            public_url: env.opt("PUBLIC_URL").or_else(|| env.opt("A2A_PUBLIC_URL")),
             a2a_blocking: env.millis("A2A_BLOCKING_TIMEOUT_MS", Duration::from_secs(60))?,
         })
     }

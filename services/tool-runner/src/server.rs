@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::Settings;
+use crate::mcp::{McpError, McpSessions, OnToolsChanged};
 use crate::sandbox::{Network, Sandbox};
 use crate::tools::Toolbox;
 
@@ -101,13 +102,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     client.flush().await.context("flush subscriptions")?;
     maestro_runtime::announce_ready("tool-runner", None);
     tracing::info!(subject = %subjects.tools_exec(), "serving tool calls");
+    let mcp = McpSessions::telling(tools_changed(&client, subjects.mcp_changed()));
     let server = Server {
         client,
         settings: Arc::new(settings),
-        toolbox: Arc::new(Toolbox {
-            sandbox,
-            mcp: Default::default(),
-        }),
+        toolbox: Arc::new(Toolbox { sandbox, mcp }),
         running: Arc::default(),
         outcomes,
     };
@@ -222,6 +221,7 @@ async fn list_mcp(settings: &Settings, toolbox: &Toolbox, payload: &[u8]) -> Mcp
     let failed = |error: String| McpListReply {
         tools: Vec::new(),
         error: Some(error),
+        auth_challenge: None,
     };
     let request: McpListRequest = match serde_json::from_slice(payload) {
         Ok(request) => request,
@@ -248,9 +248,32 @@ async fn list_mcp(settings: &Settings, toolbox: &Toolbox, payload: &[u8]) -> Mcp
         )
         .await
     {
-        Ok(tools) => McpListReply { tools, error: None },
-        Err(error) => failed(error),
+        Ok(tools) => McpListReply {
+            tools,
+            error: None,
+            auth_challenge: None,
+        },
+        Err(McpError::AuthRequired { challenge }) => McpListReply {
+            tools: Vec::new(),
+            error: Some("the MCP server requires authorization".to_owned()),
+            auth_challenge: Some(challenge),
+        },
+        Err(McpError::Failed(error)) => failed(error),
     }
+}
+
+/// Pass an MCP server's tool-list change on to the workers (`<p>.tools.mcp.changed`).
+fn tools_changed(client: &async_nats::Client, subject: String) -> OnToolsChanged {
+    let client = client.clone();
+    Arc::new(move |server: &str| {
+        let (client, subject) = (client.clone(), subject.clone());
+        let payload = Bytes::from(server.to_owned());
+        tokio::spawn(async move {
+            if let Err(e) = client.publish(subject, payload).await {
+                tracing::warn!(error = %e, "cannot pass on an MCP tool-list change");
+            }
+        });
+    })
 }
 
 fn report(sandbox: &Sandbox) {

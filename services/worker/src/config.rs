@@ -46,6 +46,10 @@ pub struct Settings {
     pub retry_max: Duration,
     /// After SIGTERM, how long running jobs may go on before they are handed back.
     pub shutdown_grace: Duration,
+    /// The gateway's URL as people reach it (`PUBLIC_URL`), for the login links of remote MCP
+    /// servers; without it the links are paths on the gateway (which completes them when it
+    /// shows the item).
+    pub public_url: Option<String>,
     /// The workspace tool policy (`WORKSPACE_POLICY`, a JSON file; built-in default otherwise).
     pub policy: ToolPolicy,
     /// How deep subtasks may nest: a task at this depth is not offered `delegate` (0 turns
@@ -101,18 +105,25 @@ impl Settings {
             retry_base: env.millis("RETRY_BASE_MS", Duration::from_secs(1))?,
             retry_max: env.millis("RETRY_MAX_MS", Duration::from_secs(60))?,
             shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(20))?,
+            public_url: env
+                .opt("PUBLIC_URL")
+                .map(|url| url.trim_end_matches('/').to_owned()),
             policy: match env.opt("WORKSPACE_POLICY") {
                 None => ToolPolicy::default(),
                 Some(path) => {
                     let text = std::fs::read_to_string(&path).map_err(|e| {
                         env.invalid("WORKSPACE_POLICY", format!("cannot read {path}: {e}"))
                     })?;
-                    serde_json::from_str(&text).map_err(|e| {
+                    let policy: ToolPolicy = serde_json::from_str(&text).map_err(|e| {
                         env.invalid(
                             "WORKSPACE_POLICY",
                             format!("{path} is not a valid policy: {e}"),
                         )
-                    })?
+                    })?;
+                    if let Some(problem) = policy.problem() {
+                        return Err(env.invalid("WORKSPACE_POLICY", format!("{path}: {problem}")));
+                    }
+                    policy
                 }
             },
         })

@@ -75,6 +75,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             most: CLAIMS_PER_STATEMENT,
         },
     );
+    let mcp_tools: Arc<tokio::sync::Mutex<_>> = Arc::default();
+    tokio::spawn(forget_changed_listings(
+        bus.clone(),
+        mcp_tools.clone(),
+        shutdown.clone(),
+    ));
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool,
         bus,
@@ -84,11 +90,42 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         policy,
         catalog,
         operations,
-        mcp_tools: Default::default(),
+        mcp_tools,
         signals,
         claimer,
     }));
     maestro_runtime::announce_ready("worker", None);
     maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;
     Ok(())
+}
+
+/// An MCP server told a tool-runner its tool list changed (`<p>.tools.mcp.changed`): its
+/// listings are forgotten, and the next job lists it again.
+async fn forget_changed_listings(
+    bus: maestro_messaging::Bus,
+    listings: Arc<
+        tokio::sync::Mutex<
+            std::collections::BTreeMap<String, Vec<maestro_domain::tools::ToolSpec>>,
+        >,
+    >,
+    shutdown: CancellationToken,
+) {
+    use futures::StreamExt as _;
+    let mut changes = match bus.nats.subscribe(bus.subjects.mcp_changed()).await {
+        Ok(changes) => changes,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot follow MCP tool-list changes");
+            return;
+        }
+    };
+    loop {
+        let change = tokio::select! {
+            change = changes.next() => change,
+            () = shutdown.cancelled() => return,
+        };
+        let Some(change) = change else { return };
+        let server = String::from_utf8_lossy(&change.payload).into_owned();
+        tracing::info!(%server, "an MCP server's tools changed; listing it again next job");
+        agent::forget_listing(&listings, &server).await;
+    }
 }

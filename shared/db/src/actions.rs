@@ -346,3 +346,27 @@ pub async fn waiting_for_token(
         .map(|r| (TaskId(r.task_id), ActionId(r.id)))
         .collect())
 }
+
+/// Tell `owner`'s pending `mcp_auth_required` items for `server` why the last login failed
+/// (`login_error` in their detail), so the person sees it where they look.
+pub async fn note_login_error(
+    pool: &PgPool,
+    owner: &str,
+    server: &str,
+    error: &str,
+) -> Result<u64, DbError> {
+    let done = sqlx::query!(
+        r#"
+        UPDATE required_actions a SET detail = a.detail || jsonb_build_object('login_error', $3::text)
+          FROM tasks t
+         WHERE t.id = a.task_id AND t.owner = $1 AND a.kind = 'mcp_auth_required'
+           AND a.status = 'pending' AND a.detail ->> 'server' = $2
+        "#,
+        owner,
+        server,
+        error
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}

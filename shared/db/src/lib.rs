@@ -15,6 +15,7 @@ pub mod events;
 pub mod grants;
 pub mod inbox;
 pub mod jobs;
+pub mod mcp_logins;
 pub mod mcp_tokens;
 pub mod operations;
 pub mod outbox;

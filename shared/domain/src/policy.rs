@@ -122,6 +122,27 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
 }
 
 impl ToolPolicy {
+    /// Why the policy cannot work as written, if it cannot (an MCP server with a bad name or
+    /// configuration).
+    pub fn problem(&self) -> Option<String> {
+        self.mcp_servers.iter().find_map(|(name, server)| {
+            let valid_name = !name.is_empty()
+                && name.len() <= 64
+                && !name.contains("__")
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !valid_name {
+                return Some(format!(
+                    "MCP server name {name:?}: 1-64 letters, digits, '-' or '_' (no '__')"
+                ));
+            }
+            server
+                .problem()
+                .map(|problem| format!("MCP server {name} {problem}"))
+        })
+    }
+
     fn names(&self, tool: &str) -> bool {
         if tool == DELEGATE {
             // Sub-agents spend LLM calls of their own: only a policy that names them has them.

@@ -478,6 +478,10 @@ pub struct McpListReply {
     pub tools: Vec<ToolSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The server requires authorization: its `WWW-Authenticate` challenge (where an OAuth
+    /// login starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_challenge: Option<String>,
 }
 
 /// The tool-runner's answer. A tool that failed is still an answer (`ok = false`, the model

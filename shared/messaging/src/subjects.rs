@@ -138,6 +138,12 @@ impl Subjects {
         format!("{}.tools.mcp.list", self.prefix)
     }
 
+    /// `<p>.tools.mcp.changed` (core NATS): an MCP server told a tool-runner its tool list
+    /// changed; the payload is the server's name. Workers list it again.
+    pub fn mcp_changed(&self) -> String {
+        format!("{}.tools.mcp.changed", self.prefix)
+    }
+
     /// `<p>.outbox.wake` (core NATS): a writer committed outbox rows; the relay drains now.
     pub fn outbox_wake(&self) -> String {
         format!("{}.outbox.wake", self.prefix)

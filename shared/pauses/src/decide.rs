@@ -125,6 +125,17 @@ pub async fn supply_token(
     token: &str,
 ) -> Result<(usize, AfterCommit), DbError> {
     maestro_db::mcp_tokens::put(pool, owner, server, token).await?;
+    resume_authorized(pool, owner, server).await
+}
+
+/// `owner` is now authorized for the MCP server `server` (a token stored, or an OAuth login
+/// completed): resolve every item of `owner`'s paused jobs that waited for it. Returns how
+/// many jobs are queued again, and what follows.
+pub async fn resume_authorized(
+    pool: &PgPool,
+    owner: &Owner,
+    server: &str,
+) -> Result<(usize, AfterCommit), DbError> {
     let mut resumed = 0;
     let mut after = AfterCommit::none();
     for (task_id, action_id) in actions::waiting_for_token(pool, owner, server).await? {

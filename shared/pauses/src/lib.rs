@@ -11,5 +11,5 @@ mod answer;
 mod decide;
 
 pub use answer::{Answered, answer};
-pub use decide::{Decided, Request, decide, supply_token};
+pub use decide::{Decided, Request, decide, resume_authorized, supply_token};
 pub use maestro_messaging::AfterCommit;

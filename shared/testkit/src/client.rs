@@ -78,6 +78,11 @@ impl Client {
         }
     }
 
+    /// The gateway's base URL (`http://127.0.0.1:<port>`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// Any call: `(status, JSON body)` (`null` for an empty body).
     pub async fn api(
         &self,

@@ -235,15 +235,17 @@ pub fn a2a_jsonrpc(data: &[u8]) {
     }
 }
 
-/// An MCP server's stdout (any bytes, line by line): replies matched by id, the rest ignored;
-/// a tool result becomes text the model reads, storable once sanitized; a tool list becomes
-/// tool specs.
+/// An MCP server's messages (any bytes, line by line): rmcp reads each as a JSON-RPC message
+/// without panicking; a result becomes text the model reads, storable once sanitized; a tool
+/// list becomes tool specs.
 pub fn mcp_reply(data: &[u8]) {
     for line in data.split(|&b| b == b'\n') {
-        let Some((_, Ok(result))) = maestro_tool_runner::mcp::parse_reply(line) else {
+        let _ = serde_json::from_slice::<rmcp::model::ServerJsonRpcMessage>(line);
+        let Ok(message) = serde_json::from_str::<Value>(&String::from_utf8_lossy(line)) else {
             continue;
         };
-        let (Ok(text) | Err(text)) = maestro_tool_runner::mcp::call_outcome(&result);
+        let result = &message["result"];
+        let (Ok(text) | Err(text)) = maestro_tool_runner::mcp::call_outcome(result);
         let shown = storable::tool_output(text);
         assert!(!shown.contains('\0'));
         for tool in result["tools"].as_array().into_iter().flatten() {

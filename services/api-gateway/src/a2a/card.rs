@@ -142,20 +142,9 @@ fn capabilities() -> AgentCapabilities {
     }
 }
 
-/// `http://<host>` of the request (or `A2A_PUBLIC_URL`).
+/// `http://<host>` of the request (or `PUBLIC_URL`).
 pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
-    if let Some(url) = &state.settings.public_url {
-        return url.trim_end_matches('/').to_owned();
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map_or_else(|| state.settings.addr.to_string(), str::to_owned);
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("http");
-    format!("{scheme}://{host}")
+    crate::routes::base_url(state, headers)
 }
 
 /// `GET /.well-known/agent-card.json`

@@ -10,7 +10,9 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use maestro_api::ErrorBody;
-use maestro_api::{ActionList, DecideReply, DecideRequest, TokenReply, TokenRequest};
+use maestro_api::{
+    ActionList, DecideReply, DecideRequest, RequiredAction, TokenReply, TokenRequest,
+};
 use maestro_domain::{ActionId, WaitReason};
 use serde::Deserialize;
 
@@ -46,14 +48,23 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
+    headers: axum::http::HeaderMap,
     Path(id): Path<String>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ActionList>, ApiError> {
     let query = super::query(query)?;
     let task_id = owned_task(&state, &owner, &id).await?;
     let items = maestro_db::actions::list(&state.pool, task_id, query.all).await?;
+    let base = super::base_url(&state, &headers);
     Ok(Json(ActionList {
-        required_actions: items.into_iter().map(Into::into).collect(),
+        required_actions: items
+            .into_iter()
+            .map(|item| {
+                let mut item = RequiredAction::from(item);
+                super::mcp_logins::absolute_login_url(&mut item.detail, &base);
+                item
+            })
+            .collect(),
     }))
 }
 

@@ -8,6 +8,7 @@ pub mod files;
 pub mod health;
 pub mod history;
 pub mod inbox;
+pub mod mcp_logins;
 pub mod schedules;
 pub mod stream;
 pub mod tasks;
@@ -17,6 +18,23 @@ use maestro_domain::{Owner, TaskId};
 
 use crate::error::ApiError;
 use crate::state::AppState;
+
+/// The gateway's URL as the caller reached it: `PUBLIC_URL` when set, else `http://<host>`
+/// of the request (`https` behind a proxy that says `X-Forwarded-Proto: https`).
+pub fn base_url(state: &AppState, headers: &axum::http::HeaderMap) -> String {
+    if let Some(url) = &state.settings.public_url {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let host = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map_or_else(|| state.settings.addr.to_string(), str::to_owned);
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("http");
+    format!("{scheme}://{host}")
+}
 
 /// Unknown routes answer in the API's error shape too.
 pub async fn not_found() -> ApiError {

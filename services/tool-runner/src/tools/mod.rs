@@ -28,8 +28,16 @@ impl Toolbox {
         if let Some(target) = &call.mcp {
             let output = self
                 .mcp
-                .call(&self.sandbox, call.task, target, &call)
-                .await?;
+                .call(&self.sandbox, call.task, target, &call, cancel)
+                .await
+                .map_err(|e| match e {
+                    crate::mcp::McpError::AuthRequired { .. } => format!(
+                        "the MCP server {} refused the owner's authorization (expired or \
+                         revoked); the next job asks for a new login",
+                        target.name
+                    ),
+                    crate::mcp::McpError::Failed(e) => e,
+                })?;
             return Ok(files::truncate(
                 output,
                 self.sandbox.limits.max_output_bytes,

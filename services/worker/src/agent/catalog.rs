@@ -19,15 +19,24 @@ use maestro_domain::{JobId, TaskId};
 use super::context::Shared;
 use crate::tool_client;
 
+/// The tools a job offers, and the remote MCP servers that asked for a login first
+/// (`(server, WWW-Authenticate challenge)`): their tools are left out until the owner logs in.
+#[derive(Debug, Default)]
+pub(super) struct Offered {
+    pub tools: Vec<ToolSpec>,
+    pub logins: Vec<(String, String)>,
+}
+
 /// The offered tools, in their fixed order.
 pub(super) async fn tools(
     shared: &Shared,
     piece: &Piece,
     claim: &Claimed,
     tokens: &BTreeMap<String, String>,
-) -> Vec<ToolSpec> {
+) -> Offered {
     let mut tools = tools::builtin_tools();
-    tools.extend(mcp_tools(shared, &claim.owner, tokens).await);
+    let (mcp, logins) = mcp_tools(shared, &claim.owner, tokens).await;
+    tools.extend(mcp);
     tools.extend(tools::human_tools());
     if claim.depth < shared.settings.max_subtask_depth
         && shared
@@ -43,7 +52,7 @@ pub(super) async fn tools(
         tools.push(tools::transition_tool(&targets));
     }
     tools.push(tools::complete_tool());
-    tools
+    Offered { tools, logins }
 }
 
 /// What the prompt shows of the task's workspace — `AGENTS.md`, the memory and skills
@@ -121,38 +130,38 @@ impl Drop for EarlyContext {
 }
 
 /// The MCP servers' tools, each server listed on first use and kept for the life of the
-/// worker (in the policy's order, so the bytes never change). A server that cannot be listed
-/// now is tried again by the next job; a server that needs authorization is listed per owner
-/// (with the owner's token, which may change what it offers) once a job has a token for it,
-/// and left out until then.
+/// worker (in the policy's order, so the bytes never change) or until the server says its
+/// list changed. A server that cannot be listed now is tried again by the next job. A server
+/// that needs authorization — a token (`requires_auth`), or a remote server's OAuth grant —
+/// is listed per owner (with the owner's token, which may change what it offers) once a job
+/// has one, and left out until then; a remote server that answers 401 is returned with its
+/// challenge (a login is due).
 async fn mcp_tools(
     shared: &Shared,
     owner: &str,
     tokens: &BTreeMap<String, String>,
-) -> Vec<ToolSpec> {
+) -> (Vec<ToolSpec>, Vec<(String, String)>) {
     let mut cached = shared.mcp_tools.lock().await;
     let mut tools = Vec::new();
+    let mut logins = Vec::new();
     for (name, server) in &shared.policy.mcp_servers {
-        let key = if server.requires_auth {
-            format!("{name}\u{0}{owner}")
-        } else {
-            name.clone()
+        let token = tokens.get(name);
+        if server.requires_auth && token.is_none() {
+            continue;
+        }
+        let key = match token {
+            Some(_) => format!("{name}\u{0}{owner}"),
+            None => name.clone(),
         };
         if let Some(listed) = cached.get(&key) {
             tools.extend(listed.iter().cloned());
             continue;
         }
-        let mut server = server.clone();
-        if server.requires_auth {
-            let Some(token) = tokens.get(name) else {
-                continue;
-            };
-            server.env.insert(server.token_env.clone(), token.clone());
-        }
         let request = McpListRequest {
             target: McpTarget {
                 name: name.clone(),
-                server,
+                server: server.clone(),
+                token: token.cloned(),
             },
             network: shared.policy.network,
             allowed_hosts: shared.policy.allowed_hosts.clone(),
@@ -171,8 +180,16 @@ async fn mcp_tools(
             .await;
         match reply.map(|r| serde_json::from_slice::<McpListReply>(&r.payload)) {
             Ok(Ok(McpListReply {
+                auth_challenge: Some(challenge),
+                ..
+            })) if server.may_need_login() => {
+                tracing::info!(server = %name, "the MCP server asks for a login");
+                logins.push((name.clone(), challenge));
+            }
+            Ok(Ok(McpListReply {
                 tools: listed,
                 error: None,
+                ..
             })) => {
                 tools.extend(listed.iter().cloned());
                 cached.insert(key, listed);
@@ -190,5 +207,18 @@ async fn mcp_tools(
             }
         }
     }
-    tools
+    (tools, logins)
+}
+
+/// Forget the listings of MCP server `server` (its tool list changed): the next job lists it
+/// again.
+pub async fn forget_listing(
+    shared_tools: &tokio::sync::Mutex<BTreeMap<String, Vec<ToolSpec>>>,
+    server: &str,
+) {
+    let owned = format!("{server}\u{0}");
+    shared_tools
+        .lock()
+        .await
+        .retain(|key, _| key != server && !key.starts_with(&owned));
 }

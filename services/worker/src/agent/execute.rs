@@ -149,13 +149,10 @@ impl JobRun<'_> {
             allowed_hosts: policy.allowed_hosts.clone(),
             ledgered,
             mcp: tools::split_mcp_tool_name(&spec.name).and_then(|(server, _)| {
-                let mut config = policy.mcp_servers.get(server)?.clone();
-                if let Some(token) = self.approvals.mcp_tokens.get(server) {
-                    config.env.insert(config.token_env.clone(), token.clone());
-                }
                 Some(McpTarget {
                     name: server.to_owned(),
-                    server: config,
+                    server: policy.mcp_servers.get(server)?.clone(),
+                    token: self.approvals.mcp_tokens.get(server).cloned(),
                 })
             }),
         }

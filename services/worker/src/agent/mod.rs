@@ -41,7 +41,7 @@ use maestro_db::claims::Claimed;
 use maestro_db::jobs::Fence;
 use maestro_domain::piece;
 
-pub use catalog::EarlyContext;
+pub use catalog::{EarlyContext, forget_listing};
 pub use context::{Delivery, JobEnd, JobError, Shared};
 
 use approvals::Approvals;
@@ -98,7 +98,7 @@ async fn run_job(
     let replayed = continuation.as_ref().map(|c| &c.replay.messages[..]);
     let rebuilt = maestro_domain::transcript::rebuild_with(&history, replayed.unwrap_or(&[]))?;
     let tokens = mcp_auth::mcp_tokens(shared, claim).await?;
-    let tools = catalog::tools(shared, piece, claim, &tokens).await;
+    let catalog::Offered { tools, logins } = catalog::tools(shared, piece, claim, &tokens).await;
     let mut approvals = Approvals::new(claim.grants.clone(), tokens);
     if resumed {
         approvals.remember(maestro_db::actions::of_job(&shared.pool, claim.job_id).await?);
@@ -111,7 +111,7 @@ async fn run_job(
             Vec::new()
         }
     };
-    if let Some(end) = run.authorize_mcp().await? {
+    if let Some(end) = run.authorize_mcp(logins).await? {
         return Ok(end);
     }
     run.drive(pending).await

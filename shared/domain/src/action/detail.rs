@@ -34,8 +34,15 @@ pub enum ActionDetail {
     Ask {
         question: String,
     },
+    /// A token the owner supplies, or (a remote server that answered 401) an OAuth login at
+    /// `login_url` (the gateway's `/api/local/mcp/logins/{id}`); `login_error` says why the
+    /// last attempt failed (refused, expired).
     McpAuthRequired {
         server: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        login_url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        login_error: Option<String>,
     },
     /// A ledgered call started before a crash, whose outcome nobody knows.
     SideEffectUnknown {
@@ -76,6 +83,10 @@ mod stored {
     #[derive(Deserialize)]
     pub struct McpAuth {
         pub server: String,
+        #[serde(default)]
+        pub login_url: Option<String>,
+        #[serde(default)]
+        pub login_error: Option<String>,
     }
     #[derive(Deserialize)]
     pub struct SideEffect {
@@ -144,7 +155,11 @@ impl ActionDetail {
             }
             WaitReason::McpAuthRequired => {
                 let d: stored::McpAuth = serde_json::from_value(value).map_err(bad)?;
-                ActionDetail::McpAuthRequired { server: d.server }
+                ActionDetail::McpAuthRequired {
+                    server: d.server,
+                    login_url: d.login_url,
+                    login_error: d.login_error,
+                }
             }
             WaitReason::SideEffectUnknown => {
                 let d: stored::SideEffect = serde_json::from_value(value).map_err(bad)?;
