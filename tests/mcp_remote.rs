@@ -255,3 +255,58 @@ async fn a_refused_login_leaves_the_item_waiting_with_the_reason() {
         .expect("unknown");
     assert_eq!(unknown.status(), 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_logs_in_lists_the_tools_and_calls_one() {
+    use tokio::io::AsyncBufReadExt as _;
+    let server = TestServer::start(&["--oauth", "--user", "probe-user"]).await;
+    let url = format!("{}/mcp", server.base());
+
+    // Without --login it says what is needed.
+    let refused = tokio::process::Command::new(maestro_testkit::binary("maestro-mcp-probe"))
+        .arg(&url)
+        .output()
+        .await
+        .expect("the probe runs");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("rerun with --login"), "{stderr}");
+
+    let mut probe = tokio::process::Command::new(maestro_testkit::binary("maestro-mcp-probe"))
+        .args([
+            "--login",
+            "--call",
+            "add",
+            "--args",
+            r#"{"a": 20, "b": 22}"#,
+            &url,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the probe starts");
+    let mut lines = tokio::io::BufReader::new(probe.stdout.take().expect("stdout")).lines();
+    let mut printed = Vec::new();
+    let login = loop {
+        let line = lines
+            .next_line()
+            .await
+            .expect("a line")
+            .expect("the probe prints a login URL");
+        printed.push(line.clone());
+        if let Some(url) = line.strip_prefix("login: ") {
+            break url.to_owned();
+        }
+    };
+    let landed = browser().get(&login).send().await.expect("the login");
+    assert_eq!(landed.status(), 200);
+    while let Some(line) = lines.next_line().await.expect("a line") {
+        printed.push(line);
+    }
+    let status = probe.wait().await.expect("the probe exits");
+    let printed = printed.join("\n");
+    assert!(status.success(), "{printed}");
+    assert!(printed.contains("logged in"), "{printed}");
+    assert!(printed.contains("whoami (SideEffecting)"), "{printed}");
+    assert!(printed.contains("result of add:\n42"), "{printed}");
+}
