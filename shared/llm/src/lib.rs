@@ -5,10 +5,8 @@
 
 mod client;
 mod error;
-mod sse;
 mod stream;
 
 pub use client::{ChatRequest, LlmClient, LlmConfig};
 pub use error::LlmError;
-pub use sse::SseParser;
 pub use stream::{Accumulator, ChatStream, Completion, StreamEvent};

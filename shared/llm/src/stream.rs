@@ -3,15 +3,17 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use eventsource_stream::{Event, EventStreamError, Eventsource as _};
 use futures::{Stream, StreamExt};
 use maestro_domain::{ToolCall, Usage};
 use serde::Deserialize;
 
 use crate::error::LlmError;
-use crate::sse::SseParser;
 
 /// One thing the model streamed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,15 +38,27 @@ pub enum StreamEvent {
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+type Events = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<BodyError>>> + Send>>;
 
 /// The largest SSE event the client holds while it is incomplete (chat-completion chunks are
 /// a few KiB).
 pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
+/// Why the body's bytes stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+    #[error("an SSE event grew past {MAX_EVENT_BYTES} bytes without ending")]
+    TooLong,
+}
+
 /// A streaming answer. Call [`ChatStream::next`] until it returns `None`.
 pub struct ChatStream {
-    body: ByteStream,
-    parser: SseParser,
+    /// The body parsed as SSE (`eventsource-stream`).
+    events: Events,
+    /// Bytes received since the last complete event: past [`MAX_EVENT_BYTES`] the body fails.
+    unfinished: Arc<AtomicUsize>,
     pending: VecDeque<StreamEvent>,
     idle_timeout: Duration,
     model_seen: bool,
@@ -72,9 +86,20 @@ impl ChatStream {
     }
 
     fn of(body: ByteStream, idle_timeout: Duration) -> Self {
+        let unfinished = Arc::new(AtomicUsize::new(0));
+        let counted = unfinished.clone();
+        // A broken or hostile server cannot grow the worker's memory without bound: the bytes
+        // of an event that never ends are counted, and the body fails past the limit.
+        let bounded = body.map(move |chunk| {
+            let chunk = chunk?;
+            if counted.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len() > MAX_EVENT_BYTES {
+                return Err(BodyError::TooLong);
+            }
+            Ok(chunk)
+        });
         Self {
-            body,
-            parser: SseParser::new(),
+            events: Box::pin(bounded.eventsource()),
+            unfinished,
             pending: VecDeque::new(),
             idle_timeout,
             model_seen: false,
@@ -93,34 +118,35 @@ impl ChatStream {
             if self.done {
                 return None;
             }
-            let chunk = match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
+            let sse = match tokio::time::timeout(self.idle_timeout, self.events.next()).await {
                 Err(_) => return Some(Err(LlmError::Idle(self.idle_timeout))),
                 Ok(None) => {
                     self.done = true;
                     return Some(Err(LlmError::Truncated));
                 }
-                Ok(Some(Err(e))) => return Some(Err(e.into())),
-                Ok(Some(Ok(chunk))) => chunk,
+                Ok(Some(Err(e))) => {
+                    self.done = true;
+                    return Some(Err(match e {
+                        EventStreamError::Transport(BodyError::Http(e)) => e.into(),
+                        EventStreamError::Transport(too_long) => {
+                            LlmError::Protocol(too_long.to_string())
+                        }
+                        other => LlmError::Protocol(format!("not a valid event stream: {other}")),
+                    }));
+                }
+                Ok(Some(Ok(sse))) => sse,
             };
-            let events = self.parser.feed(&chunk);
-            if self.parser.pending_bytes() > MAX_EVENT_BYTES {
+            self.unfinished.store(0, Ordering::Relaxed);
+            if sse.data.trim() == "[DONE]" {
                 self.done = true;
-                return Some(Err(LlmError::Protocol(format!(
-                    "an SSE event grew past {MAX_EVENT_BYTES} bytes without ending"
-                ))));
+                continue;
             }
-            for sse in events {
-                if sse.data.trim() == "[DONE]" {
-                    self.done = true;
-                    break;
-                }
-                if sse.data.is_empty() {
-                    continue;
-                }
-                if let Err(e) = self.decode(&sse.data) {
-                    self.done = true;
-                    return Some(Err(e));
-                }
+            if sse.data.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.decode(&sse.data) {
+                self.done = true;
+                return Some(Err(e));
             }
         }
     }
@@ -386,5 +412,27 @@ mod tests {
             other => panic!("refused: {other:?}"),
         }
         assert!(stream.next().await.is_none(), "and the stream is over");
+    }
+
+    #[tokio::test]
+    async fn events_cut_anywhere_with_any_line_ends_and_comments_read_the_same() {
+        let wire = ": keep-alive\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\r\n\r\n\
+                    event: message\rdata: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\r\r\
+                    data: [DONE]\n\n";
+        for size in [1, 2, 3, 7, 64, wire.len()] {
+            let chunks = wire
+                .as_bytes()
+                .chunks(size)
+                .map(Bytes::copy_from_slice)
+                .collect();
+            let mut stream = ChatStream::from_chunks(chunks);
+            let mut text = String::new();
+            while let Some(event) = stream.next().await {
+                if let StreamEvent::Text(more) = event.expect("an event") {
+                    text.push_str(&more);
+                }
+            }
+            assert_eq!(text, "Hello", "chunks of {size}");
+        }
     }
 }

@@ -1,29 +1,34 @@
-//! Retry delays for `nak` and job retries: exponential backoff with full jitter, capped, and never shorter than what the
-//! server asked for with `Retry-After`.
+//! Retry delays for `nak` and job retries: exponential backoff with jitter (`backon`), capped,
+//! and never shorter than what the server asked for with `Retry-After`.
 
 use std::time::Duration;
 
-/// The delay before attempt `attempt + 1`, after `attempt` failed (1-based).
+use backon::BackoffBuilder as _;
+
+/// The delay before attempt `attempt + 1`, after `attempt` failed (1-based): within
+/// `[c/2, c)` for `c = min(base · 2^(attempt-1), max)`, so retries spread without becoming
+/// too eager.
 pub fn backoff(
     attempt: i32,
     base: Duration,
     max: Duration,
     server_hint: Option<Duration>,
 ) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.clamp(1, 20).saturating_sub(1) as u32);
-    let ceiling = exp.min(max);
-    // Full jitter in [ceiling/2, ceiling]: spreads retries without making them too eager.
-    let jittered = ceiling / 2 + ceiling.mul_f64(random_unit() / 2.0);
+    // backon's jitter adds up to the delay itself: from half the ceiling, that spans
+    // [ceiling/2, ceiling).
+    let jittered = backon::ExponentialBuilder::new()
+        .with_min_delay(base / 2)
+        .with_max_delay(max / 2)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(attempt.clamp(1, 20) as usize - 1)
+        .unwrap_or(max);
     match server_hint {
         Some(hint) => jittered.max(hint),
         None => jittered,
     }
-}
-
-fn random_unit() -> f64 {
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
-    (n >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! A small SSE client for reading MAESTRO's task streams in tests.
+//! A small SSE client for reading MAESTRO's task streams in tests (parsing by `sse-stream`:
+//! each event's own id, as the gateway writes it).
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use maestro_llm::SseParser;
 use serde_json::Value;
 
 /// One item of a stream (`id` empty when the item had none, `event` `message` when it named
@@ -27,9 +27,7 @@ pub enum Next {
 
 /// An open stream.
 pub struct SseClient {
-    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    parser: SseParser,
-    pending: std::collections::VecDeque<SseItem>,
+    events: futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>,
 }
 
 impl std::fmt::Debug for SseClient {
@@ -59,9 +57,7 @@ impl SseClient {
     /// Read the SSE body of a response (a POST's, say).
     pub fn from_response(response: reqwest::Response) -> Self {
         Self {
-            body: response.bytes_stream().boxed(),
-            parser: SseParser::new(),
-            pending: Default::default(),
+            events: sse_stream::SseStream::from_bytes_stream(response.bytes_stream()).boxed(),
         }
     }
 
@@ -77,25 +73,20 @@ impl SseClient {
     pub async fn next_or_end(&mut self, timeout: Duration) -> Next {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if let Some(item) = self.pending.pop_front() {
-                return Next::Item(item);
-            }
-            let chunk = match tokio::time::timeout_at(deadline, self.body.next()).await {
+            let event = match tokio::time::timeout_at(deadline, self.events.next()).await {
                 Err(_) => return Next::Timeout,
                 Ok(None | Some(Err(_))) => return Next::End,
-                Ok(Some(Ok(chunk))) => chunk,
+                Ok(Some(Ok(event))) => event,
             };
-            for event in self.parser.feed(&chunk) {
-                if event.data.is_empty() && event.id.is_none() {
-                    continue;
-                }
-                let data = serde_json::from_str(&event.data).unwrap_or(Value::String(event.data));
-                self.pending.push_back(SseItem {
-                    id: event.id.unwrap_or_default(),
-                    event: event.event.unwrap_or_else(|| "message".to_owned()),
-                    data,
-                });
+            if event.data.is_none() && event.id.is_none() {
+                continue;
             }
+            let text = event.data.unwrap_or_default();
+            return Next::Item(SseItem {
+                id: event.id.unwrap_or_default(),
+                event: event.event.unwrap_or_else(|| "message".to_owned()),
+                data: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            });
         }
     }
 

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use axum::response::IntoResponse;
 use bytes::Bytes;
+use futures::StreamExt as _;
 use maestro_domain::storable;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -64,10 +65,38 @@ pub fn llm_stream(data: &[u8]) {
     };
     let size = usize::from(seed % 64) + 1;
     let chunks: Vec<Bytes> = body.chunks(size).map(Bytes::copy_from_slice).collect();
-    let whole = maestro_llm::SseParser::new().feed(body);
-    let mut parser = maestro_llm::SseParser::new();
-    let pieces: Vec<_> = chunks.iter().flat_map(|c| parser.feed(c)).collect();
-    assert_eq!(whole, pieces, "the same events whole or in pieces");
+    let parsed = |chunks: Vec<Bytes>| {
+        use eventsource_stream::Eventsource as _;
+        let body = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
+        runtime().block_on(async {
+            body.eventsource()
+                .map(|event| event.map_err(|e| e.to_string()))
+                .collect::<Vec<_>>()
+                .await
+        })
+    };
+    let whole = parsed(vec![Bytes::copy_from_slice(body)]);
+    let pieces = parsed(chunks.clone());
+    // The same events whole or in pieces; with an error (invalid UTF-8, say) only the events
+    // before it count, and a whole body meets it no later than its pieces do.
+    let upto = |events: &[Result<eventsource_stream::Event, String>]| {
+        events
+            .iter()
+            .take_while(|e| e.is_ok())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let (before_whole, before_pieces) = (upto(&whole), upto(&pieces));
+    if whole.iter().all(Result::is_ok) && pieces.iter().all(Result::is_ok) {
+        assert_eq!(whole, pieces, "the same events whole or in pieces");
+    } else {
+        let shorter = before_whole.len().min(before_pieces.len());
+        assert_eq!(
+            before_whole[..shorter],
+            before_pieces[..shorter],
+            "the same events before an error"
+        );
+    }
     let completion = runtime().block_on(async {
         let mut stream = maestro_llm::ChatStream::from_chunks(chunks);
         let mut accumulator = maestro_llm::Accumulator::default();

@@ -55,7 +55,7 @@ fn options() -> anyhow::Result<Options> {
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
-    if options.url.is_some() == !options.command.is_empty() {
+    if options.url.is_some() != options.command.is_empty() {
         bail!("name a server: a URL or -- COMMAND\n{USAGE}");
     }
     Ok(options)

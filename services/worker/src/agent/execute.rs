@@ -101,6 +101,7 @@ impl JobRun<'_> {
             return Err((error, true));
         };
         let arguments = tools::parse_arguments(&call.function.arguments).map_err(|e| (e, true))?;
+        super::arguments::check(spec, &arguments).map_err(|e| (e, true))?;
         if spec.name == tools::ASK {
             let error = "Error: ask alone, once the other calls are done".to_owned();
             return Err((error, true));

@@ -19,6 +19,7 @@
 //! This file only starts a job; where each part lives is said in `run.rs`.
 
 mod approvals;
+mod arguments;
 mod cache;
 mod calls;
 mod catalog;
