@@ -242,7 +242,7 @@ mod tests {
             .values()
             .map(|item| item.as_object().map_or(0, |ops| ops.len()))
             .sum();
-        assert_eq!(operations, 41, "every REST operation: {:?}", paths.keys());
+        assert_eq!(operations, 43, "every REST operation: {:?}", paths.keys());
         assert!(paths.contains_key("/api/local/tasks/{id}/files/{path}"));
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],

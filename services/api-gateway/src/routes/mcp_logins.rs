@@ -53,6 +53,7 @@ impl From<LoginError> for ApiError {
         MCP server's authorization server (authorization code with PKCE); the login link stays \
         valid until the login completes.",
     params(("id" = String, Path, description = "The login's id (from the item's login_url)")),
+    security(()),
     responses(
         (status = 303, description = "To the authorization server"),
         (status = "4XX", description = "No such login, or the server's authorization could not be discovered", body = ErrorBody),
@@ -101,6 +102,7 @@ pub struct CallbackQuery {
     tag = "actions",
     summary = "Where the authorization server sends the browser back after an MCP login",
     params(CallbackQuery),
+    security(()),
     responses(
         (status = 200, description = "Logged in; the jobs that waited resume", content_type = "text/html", body = String),
         (status = "4XX", description = "Refused, expired, already used or unknown: the item keeps waiting and says why", body = ErrorBody),
