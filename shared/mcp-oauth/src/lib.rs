@@ -141,7 +141,7 @@ pub async fn authorization_url(
         .ok_or(LoginError::UnknownLogin)?;
     let outcome = start(pool, &login, redirect_uri).await;
     if let Err(e) = &outcome {
-        mcp_logins::failed(pool, &login.id, &e.to_string()).await?;
+        fail(pool, &login, &e.to_string()).await?;
     }
     outcome
 }
@@ -199,7 +199,7 @@ pub async fn complete(
     let outcome = exchange(pool, &login, &record, state, code, issuer).await;
     match &outcome {
         Ok(()) => mcp_logins::close(pool, &login.id).await?,
-        Err(e) => mcp_logins::failed(pool, &login.id, &e.to_string()).await?,
+        Err(e) => fail(pool, &login, &e.to_string()).await?,
     }
     outcome.map(|()| login)
 }
@@ -209,8 +209,16 @@ pub async fn complete(
 pub async fn refused(pool: &PgPool, state: &str, error: &str) -> Result<Login, LoginError> {
     let (login, _) = request(pool, state).await?;
     mcp_logins::delete_state(pool, state).await?;
-    mcp_logins::failed(pool, &login.id, error).await?;
+    fail(pool, &login, error).await?;
     Ok(login)
+}
+
+/// Why the last attempt of `login` failed: kept on the login and shown on the items that
+/// wait for it (`login_error`), where the person looks.
+async fn fail(pool: &PgPool, login: &Login, why: &str) -> Result<(), maestro_db::DbError> {
+    mcp_logins::failed(pool, &login.id, why).await?;
+    maestro_db::actions::note_login_error(pool, &login.owner, &login.server, why).await?;
+    Ok(())
 }
 
 /// The login and client of the authorization request `state`, if it has not expired.
@@ -224,7 +232,7 @@ async fn request(pool: &PgPool, state: &str) -> Result<(Login, ClientRecord), Lo
     let age = Utc::now() - request.created_at;
     if age.to_std().unwrap_or_default() > STATE_TTL {
         mcp_logins::delete_state(pool, state).await?;
-        mcp_logins::failed(pool, &login.id, &LoginError::Expired.to_string()).await?;
+        fail(pool, &login, &LoginError::Expired.to_string()).await?;
         return Err(LoginError::Expired);
     }
     let record: ClientRecord = serde_json::from_value(request.client)

@@ -70,15 +70,7 @@ pub async fn start(
     }
     let redirect_uri = format!("{}{CALLBACK}", super::base_url(&state, &headers));
     let url = maestro_mcp_oauth::authorization_url(&state.pool, &id, &redirect_uri).await;
-    match url {
-        Ok(url) => Ok(Redirect::to(&url).into_response()),
-        Err(e) => {
-            if let Ok(Some(login)) = maestro_db::mcp_logins::get(&state.pool, &id).await {
-                note(&state, &login, &e.to_string()).await;
-            }
-            Err(e.into())
-        }
-    }
+    Ok(Redirect::to(&url?).into_response())
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -132,7 +124,6 @@ pub async fn callback(
             None => format!("the authorization server refused: {error}"),
         };
         let login = maestro_mcp_oauth::refused(&state.pool, request, &why).await?;
-        note(&state, &login, &why).await;
         tracing::info!(server = %login.server, %error, "MCP login refused");
         return Err(ApiError::bad_request(
             "login_refused",
@@ -146,18 +137,7 @@ pub async fn callback(
         ));
     };
     let login =
-        match maestro_mcp_oauth::complete(&state.pool, request, code, query.iss.as_deref()).await {
-            Ok(login) => login,
-            Err(e) => {
-                if let Ok(Some(request)) = maestro_db::mcp_logins::state(&state.pool, request).await
-                    && let Ok(Some(login)) =
-                        maestro_db::mcp_logins::get(&state.pool, &request.login_id).await
-                {
-                    note(&state, &login, &e.to_string()).await;
-                }
-                return Err(e.into());
-            }
-        };
+        maestro_mcp_oauth::complete(&state.pool, request, code, query.iss.as_deref()).await?;
     let owner = Owner::parse(&login.owner)
         .map_err(|_| ApiError::Unexpected(anyhow::anyhow!("a login of an unreadable owner")))?;
     let (resumed, after) =
@@ -171,15 +151,6 @@ pub async fn callback(
         server = html_escape(&login.server),
     );
     Ok(([(header::CACHE_CONTROL, "no-store")], Html(page)).into_response())
-}
-
-/// Tell the login's waiting items why the last attempt failed.
-async fn note(state: &AppState, login: &maestro_db::mcp_logins::Login, why: &str) {
-    if let Err(e) =
-        maestro_db::actions::note_login_error(&state.pool, &login.owner, &login.server, why).await
-    {
-        tracing::warn!(error = %e, "cannot note the login error on the items");
-    }
 }
 
 fn html_escape(text: &str) -> String {
