@@ -310,3 +310,24 @@ async fn the_probe_logs_in_lists_the_tools_and_calls_one() {
     assert!(printed.contains("whoami (SideEffecting)"), "{printed}");
     assert!(printed.contains("result of add:\n42"), "{printed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_that_do_not_fit_the_tools_schema_never_reach_the_server() {
+    let server = TestServer::start(&[]).await;
+    let scenario = json!({"scenarios": [{"name": "any", "turns": [
+        {"tool_calls": [{"name": "mcp__remote__add", "arguments": {"a": "two", "b": 3}}]},
+        {"tool_calls": [{"name": "mcp__remote__add", "arguments": {"a": 2, "b": 3}}]},
+        {"tool_calls": [{"name": "complete", "arguments": {"result": "added"}}]}
+    ]}]});
+    let stack = Stack::up(StackOptions::new(scenario).policy(&server.policy())).await;
+    let done = stack.run(&json!({"instruction": "add"})).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    let results = results(&stack.events(done.id()).await);
+    assert_eq!(results[0]["is_error"], true, "{results:?}");
+    let refusal = results[0]["content"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("do not fit mcp__remote__add's parameters") && refusal.contains("`/a`"),
+        "the field is named, and the server's own error never came: {refusal}"
+    );
+    assert_eq!(results[1]["content"].as_str().map(str::trim), Some("5"));
+}
