@@ -159,7 +159,15 @@ stack_up() {
   export GATEWAY_ADDR=${GATEWAY_ADDR:-127.0.0.1:8080}
   local llm_addr=${SCRIPTED_LLM_ADDR:-127.0.0.1:8000}
   export LLM_BASE_URL=${LLM_BASE_URL:-http://$llm_addr/v1}
+  export LLM_MODEL=${LLM_MODEL:-scripted}
   export API_TOKENS=${API_TOKENS:-demo-token=demo}
+  # Secrets at rest are sealed with a key kept beside the demo's workspaces (made once).
+  if [[ -z ${SECRETS_KEYS:-} ]]; then
+    local keyfile=$ROOT/.maestro/secrets.key
+    mkdir -p "$ROOT/.maestro"
+    [[ -s $keyfile ]] || (umask 077; head -c 32 /dev/urandom | base64 >"$keyfile")
+    export SECRETS_KEYS="demo:$(cat "$keyfile")"
+  fi
   export WORKSPACES_DIR=${WORKSPACES_DIR:-$ROOT/.maestro/workspaces}
   export LOG_FORMAT=${LOG_FORMAT:-json}
   TOKEN=${API_TOKENS%%=*}
@@ -194,4 +202,17 @@ wait_ready() {
   done
   tail -n 20 "$LOGS/$1.log" >&2
   die "$1 did not start; see .maestro/logs/$1.log"
+}
+
+# kubernetes-validate (PyPI, pinned, in a venv): the Kubernetes API schemas of every release,
+# bundled, so scripts/validate-k8s checks deploy/k8s offline.
+K8S_VALIDATE_VERSION=1.37.0
+ensure_k8s_validator() {
+  local venv=$TOOLS_DIR/kubernetes-validate-$K8S_VALIDATE_VERSION
+  export K8S_VALIDATE_PYTHON=${K8S_VALIDATE_PYTHON:-$venv/bin/python}
+  [ -x "$(dirname "$K8S_VALIDATE_PYTHON")/kubernetes-validate" ] && return 0
+  log "installing kubernetes-validate $K8S_VALIDATE_VERSION (PyPI) into $venv"
+  python3 -m venv "$venv" || die "cannot create a Python venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "kubernetes-validate==$K8S_VALIDATE_VERSION" >/dev/null \
+    || die "cannot install kubernetes-validate"
 }

@@ -456,9 +456,12 @@ async fn racing_continues_start_one_job() {
     let scenarios = json!({"scenarios": [{"name": "quick", "repeat_last": true, "turns": [
         call("complete", json!({"result": "done"}))
     ]}]});
-    let stack = Stack::up(StackOptions::new(scenarios)).await;
+    let mut stack = Stack::up(StackOptions::new(scenarios)).await;
     let task = stack.run(&json!({"instruction": "once"})).await;
     let id = task.id();
+    // No worker from here on: the winner's job stays queued, so a continue that arrives late
+    // cannot find it already over and rightly carry on from it.
+    stack.kill("worker").await;
     let attempts = (0..8).map(|i| {
         let body = ContinueTask::new(format!("carry on, take {i}"));
         let client = stack.client_as(&stack.token);
@@ -470,6 +473,10 @@ async fn racing_continues_start_one_job() {
     for refused in outcomes.iter().filter_map(|o| o.as_ref().err()) {
         assert_eq!(refused.status, 409, "{refused:?}");
     }
+    stack
+        .start(maestro_testkit::Service::Worker, "worker-2", &[])
+        .await
+        .expect("a worker starts");
     let done = stack.wait_over(id).await;
     assert_eq!(done.job().job_no, 2, "exactly one more job");
 }

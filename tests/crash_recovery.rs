@@ -163,6 +163,8 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         idempotency_key: None,
         request_hash: "-",
         profile: "default",
+        space_id: None,
+        visibility: maestro_domain::Visibility::Private,
         max_attempts: 3,
         context_id: None,
         message_id: None,

@@ -56,8 +56,16 @@ async fn every_service_serves_metrics_that_move_as_a_job_runs() {
     let hook = format!("{}/hook", maestro_testkit::serve(app).await);
     let stack = Stack::up(StackOptions::new(scenarios()).env("METRICS_POLL_MS", "200")).await;
     for service in Service::ALL {
-        // Each answers, in the Prometheus text format, before anything happened.
+        // Each answers, in the Prometheus text format, before anything happened; and its
+        // probes (a container platform's) say it is live and ready.
         stack.scrape(service.name()).await;
+        for probe in ["/livez", "/readyz"] {
+            assert_eq!(
+                stack.probe(service.name(), probe).await,
+                200,
+                "{service:?} {probe}"
+            );
+        }
     }
     stack
         .create_webhook(&json!({"url": hook, "event_types": ["task.succeeded"]}))

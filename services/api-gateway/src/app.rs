@@ -40,6 +40,8 @@ use crate::state::AppState;
         (name = "webhooks", description = "Webhook subscriptions and deliveries"),
         (name = "schedules", description = "Cron schedules of tasks"),
         (name = "inbox", description = "Notifications and the activity feed"),
+        (name = "spaces", description = "Spaces, their members and settings"),
+        (name = "admin", description = "API tokens (admin tokens only)"),
         (name = "health", description = "Liveness and readiness"),
     )
 )]
@@ -53,7 +55,9 @@ impl utoipa::Modify for BearerAuth {
         use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         let scheme = HttpBuilder::new()
             .scheme(HttpAuthScheme::Bearer)
-            .description(Some("An API token of API_TOKENS"))
+            .description(Some(
+                "An API token: one of API_TOKENS, or one made with POST /api/local/admin/tokens",
+            ))
             .build();
         openapi
             .components
@@ -65,8 +69,8 @@ impl utoipa::Modify for BearerAuth {
 /// The REST routes and their OpenAPI document.
 pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use routes::{
-        actions, comments, continues, files, health, history, inbox, mcp_logins, schedules, stream,
-        tasks, webhooks,
+        actions, comments, continues, files, health, history, inbox, mcp_logins, schedules, spaces,
+        stream, tasks, tokens, webhooks,
     };
     use utoipa::OpenApi as _;
     use utoipa_axum::routes;
@@ -112,6 +116,13 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(inbox::mark_all_read))
         .routes(routes!(inbox::mark_read))
         .routes(routes!(inbox::activity))
+        .routes(routes!(spaces::create, spaces::list))
+        .routes(routes!(spaces::get, spaces::update))
+        .routes(routes!(spaces::put_member, spaces::delete_member))
+        .routes(routes!(spaces::archive))
+        .routes(routes!(spaces::unarchive))
+        .routes(routes!(tokens::create, tokens::list))
+        .routes(routes!(tokens::revoke))
         .split_for_parts()
 }
 
@@ -242,7 +253,7 @@ mod tests {
             .values()
             .map(|item| item.as_object().map_or(0, |ops| ops.len()))
             .sum();
-        assert_eq!(operations, 43, "every REST operation: {:?}", paths.keys());
+        assert_eq!(operations, 54, "every REST operation: {:?}", paths.keys());
         assert!(paths.contains_key("/api/local/tasks/{id}/files/{path}"));
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],

@@ -14,8 +14,14 @@ pub struct Settings {
     pub common: CommonSettings,
     /// Where to listen; port 0 picks a free port (announced on stdout).
     pub addr: SocketAddr,
-    /// Bearer tokens and the owner each stands for.
-    pub tokens: HashMap<String, Owner>,
+    /// Tokens from `API_TOKENS` (by their SHA-256) and the owner each stands for; the
+    /// database's tokens (`/api/local/admin/tokens`) come on top.
+    pub tokens: HashMap<[u8; 32], Owner>,
+    /// Owners whose `API_TOKENS` tokens may manage tokens (`ADMIN_OWNERS`).
+    pub admins: Vec<Owner>,
+    /// How long a database token's lookup is remembered (`TOKEN_CACHE_MS`): a revoked token
+    /// stops working within this long on every gateway.
+    pub token_cache: Duration,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// Largest task instruction accepted.
@@ -72,10 +78,25 @@ impl Settings {
             .parse()
             .map_err(|_| env.invalid("GATEWAY_ADDR", "expected host:port"))?;
         if env.opt("API_TOKENS").is_none() {
-            tracing::warn!("API_TOKENS is not set: only the local development token is accepted");
+            tracing::warn!("API_TOKENS is not set: the local development token is accepted");
         }
-        let tokens = parse_tokens(&env.string("API_TOKENS", DEV_TOKENS))
+        let (tokens, plain) = parse_tokens(&env.string("API_TOKENS", DEV_TOKENS))
             .map_err(|reason| env.invalid("API_TOKENS", reason))?;
+        if plain > 0 && env.opt("API_TOKENS").is_some() {
+            tracing::warn!(
+                plain,
+                "API_TOKENS holds tokens in plain text: give their SHA-256 instead \
+                 (sha256:<hex>=owner), or make them with POST /api/local/admin/tokens"
+            );
+        }
+        let admins = env
+            .string("ADMIN_OWNERS", "")
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .map(Owner::parse)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| env.invalid("ADMIN_OWNERS", e.to_string()))?;
         let allowed_models = env
             .string("LLM_MODELS", "")
             .split(',')
@@ -91,6 +112,8 @@ impl Settings {
             selection,
             addr,
             tokens,
+            admins,
+            token_cache: env.millis("TOKEN_CACHE_MS", Duration::from_secs(2))?,
             max_body_bytes: env.parse("MAX_BODY_BYTES", 1024 * 1024)?,
             max_instruction_bytes: env.parse("MAX_INSTRUCTION_BYTES", 256 * 1024)?,
             allowed_models,
@@ -106,21 +129,42 @@ impl Settings {
     }
 }
 
-/// `token=owner,token=owner`.
-fn parse_tokens(spec: &str) -> Result<HashMap<String, Owner>, String> {
+/// `token=owner,sha256:<hex>=owner,…`: each token in plain text (for development) or as the
+/// hex SHA-256 of the token. Returns the tokens by hash and how many were in plain text.
+fn parse_tokens(spec: &str) -> Result<(HashMap<[u8; 32], Owner>, usize), String> {
     let mut tokens = HashMap::new();
+    let mut plain = 0;
     for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (token, owner) = pair.split_once('=').ok_or("expected token=owner pairs")?;
-        if token.len() < 8 {
-            return Err("every token needs at least 8 characters".to_owned());
-        }
+        let token = token.trim();
+        let hash = match token.strip_prefix("sha256:") {
+            Some(hex) => parse_hex(hex).ok_or("sha256: is followed by 64 hex digits")?,
+            None if token.len() < 8 => {
+                return Err("every token needs at least 8 characters".to_owned());
+            }
+            None => {
+                plain += 1;
+                crate::auth::hash(token)
+            }
+        };
         let owner = Owner::parse(owner.trim()).map_err(|e| e.to_string())?;
-        tokens.insert(token.trim().to_owned(), owner);
+        tokens.insert(hash, owner);
     }
     if tokens.is_empty() {
         return Err("at least one token=owner pair is needed".to_owned());
     }
-    Ok(tokens)
+    Ok((tokens, plain))
+}
+
+fn parse_hex(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -129,9 +173,16 @@ mod tests {
 
     #[test]
     fn tokens_map_to_owners() {
-        let tokens = parse_tokens("alice-token=alice, bob-token-1=bob").expect("valid");
-        assert_eq!(tokens["alice-token"].as_str(), "alice");
-        assert_eq!(tokens["bob-token-1"].as_str(), "bob");
+        let (tokens, plain) = parse_tokens("alice-token=alice, bob-token-1=bob").expect("valid");
+        assert_eq!(plain, 2);
+        assert_eq!(tokens[&crate::auth::hash("alice-token")].as_str(), "alice");
+        assert_eq!(tokens[&crate::auth::hash("bob-token-1")].as_str(), "bob");
+        // sha256("carol-token"), as `printf %s carol-token | sha256sum` prints it.
+        let hex = "6c0d2c0b430d9d9e3231e2645090c735a5059173d4ddf51f186e3f32e01bc832";
+        let (tokens, plain) = parse_tokens(&format!("sha256:{hex}=carol")).expect("valid");
+        assert_eq!(plain, 0);
+        assert_eq!(tokens[&crate::auth::hash("carol-token")].as_str(), "carol");
+        assert!(parse_tokens("sha256:abc=carol").is_err());
         assert!(parse_tokens("short=alice").is_err());
         assert!(parse_tokens("no-owner-here").is_err());
         assert!(parse_tokens("").is_err());

@@ -19,10 +19,17 @@ pub enum ApiError {
     Invalid(String, &'static str),
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// The caller may see it but not do this (a space viewer acting on a task, an editor
+    /// changing the space).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0} not found")]
     NotFound(&'static str),
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// `If-Match` named a version that is no longer current.
+    #[error("{0}")]
+    PreconditionFailed(String),
     #[error("request body is larger than {0} bytes")]
     TooLarge(usize),
     #[error("{0}")]
@@ -56,8 +63,12 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::Invalid(_, code) => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::PreconditionFailed(_) => {
+                (StatusCode::PRECONDITION_FAILED, "version_mismatch")
+            }
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")

@@ -87,5 +87,16 @@ async fn follow_up(state: &AppState, task_id: TaskId, said: Said<'_>) -> Result<
     let job_id = JobId::new();
     let max_attempts = state.settings.job_max_attempts;
     let comment = comments::follow_up(&state.pool, task_id, job_id, said, max_attempts).await?;
-    Ok(comment.map(|c| (c, RoutedTo::FollowUp, AfterCommit::new_job(task_id, job_id))))
+    let profile = task_profile(state, task_id).await?;
+    Ok(comment.map(|c| {
+        let after = AfterCommit::new_job(&profile, task_id, job_id);
+        (c, RoutedTo::FollowUp, after)
+    }))
+}
+
+/// The worker profile task `task_id`'s new jobs are dispatched to.
+pub async fn task_profile(state: &AppState, task_id: TaskId) -> Result<String, ApiError> {
+    Ok(maestro_db::tasks::profile(&state.pool, task_id)
+        .await?
+        .unwrap_or_else(|| maestro_domain::job::DEFAULT_PROFILE.to_owned()))
 }

@@ -24,6 +24,8 @@ pub struct AppState {
     pub hubs: Arc<crate::fanout::Hubs>,
     /// Who notifications are published for, shared by the inbox streams.
     pub inbox_wakes: Arc<crate::routes::inbox::InboxWakes>,
+    /// Database token lookups, remembered for `TOKEN_CACHE_MS`.
+    pub token_cache: Arc<crate::auth::TokenCache>,
 }
 
 impl AppState {
@@ -37,6 +39,7 @@ impl AppState {
             shutdown,
             hubs: Arc::default(),
             inbox_wakes: Arc::default(),
+            token_cache: Arc::default(),
         })
     }
 }

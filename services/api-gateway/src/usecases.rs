@@ -164,9 +164,10 @@ pub async fn continue_task(
             continues::Continued::Created { job_no, .. } => {
                 tracing::info!(%task_id, %job_id, job_no, from = %from, "task continued");
                 maestro_runtime::metrics::transition("queued");
+                let profile = crate::routing::task_profile(state, task_id).await?;
                 state
                     .bus
-                    .after_commit(AfterCommit::new_job(task_id, job_id))
+                    .after_commit(AfterCommit::new_job(&profile, task_id, job_id))
                     .await;
                 return Ok(Continued::Created);
             }

@@ -66,6 +66,18 @@ pub fn piece(
 }
 
 /// A well-formed model name, one of `LLM_MODELS` when that is set.
+/// A worker profile's name (a NATS subject token).
+pub fn profile(profile: &str) -> Result<(), ApiError> {
+    if maestro_domain::job::valid_profile(profile) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "invalid_profile",
+            format!("profile {profile:?}: 1 to 64 letters, digits, '-' and '_'"),
+        ))
+    }
+}
+
 pub fn model(settings: &Settings, model: &str) -> Result<(), ApiError> {
     let well_formed = !model.is_empty()
         && model.len() <= 128

@@ -28,6 +28,8 @@ pub struct ClaimSettings {
     pub lease: Duration,
     /// Claims per statement at the most.
     pub most: usize,
+    /// The models this worker serves (empty: any); it claims no job that names another.
+    pub models: Vec<String>,
 }
 
 impl Claimer {
@@ -57,12 +59,13 @@ async fn run(mut waiting: mpsc::Receiver<Request>, pool: PgPool, settings: Claim
         worker_id,
         lease,
         most,
+        models,
     } = settings;
     let mut batch = Vec::with_capacity(most);
     while waiting.recv_many(&mut batch, most.max(1)).await > 0 {
         let ids: Vec<JobId> = batch.iter().map(|(id, _, _)| *id).collect();
         let traces: Vec<String> = batch.iter().map(|(_, trace, _)| trace.clone()).collect();
-        match claims::claim_many_traced(&pool, &ids, &traces, &worker_id, lease).await {
+        match claims::claim_many_traced(&pool, &ids, &traces, &worker_id, lease, &models).await {
             Ok(claimed) => {
                 let mut by_job: HashMap<JobId, Claimed> =
                     claimed.into_iter().map(|c| (c.job_id, c)).collect();
@@ -78,10 +81,16 @@ async fn run(mut waiting: mpsc::Receiver<Request>, pool: PgPool, settings: Claim
             Err(e) => {
                 tracing::warn!(error = %e, claims = batch.len(), "a batch of claims failed; claiming one at a time");
                 for (job_id, trace, answer) in batch.drain(..) {
-                    let one =
-                        claims::claim_many_traced(&pool, &[job_id], &[trace], &worker_id, lease)
-                            .await
-                            .map(|mut claimed| claimed.pop());
+                    let one = claims::claim_many_traced(
+                        &pool,
+                        &[job_id],
+                        &[trace],
+                        &worker_id,
+                        lease,
+                        &models,
+                    )
+                    .await
+                    .map(|mut claimed| claimed.pop());
                     let _ = answer.send(one);
                 }
             }

@@ -13,8 +13,10 @@ pub struct Settings {
     pub common: CommonSettings,
     /// Identifies this worker in job rows and logs.
     pub worker_id: String,
-    /// The dispatch profile this worker serves (`<prefix>.jobs.dispatch.<profile>`).
-    pub profile: String,
+    /// The dispatch profiles this worker serves (`<prefix>.jobs.dispatch.<profile>` each).
+    pub profiles: Vec<String>,
+    /// The models it serves (empty: any); it claims no job that names another.
+    pub models: Vec<String>,
     /// Jobs run at once by this process.
     pub concurrency: usize,
     /// JetStream `ack_wait` of the jobs consumer; also the job lease, renewed at a third of it.
@@ -64,12 +66,34 @@ pub struct Settings {
 impl Settings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let default_id = format!("worker-{}-{}", std::process::id(), short_random());
-        let profile = env.string("WORKER_PROFILE", "default");
-        if !profile
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        // WORKER_PROFILE (one) is the older name of WORKER_PROFILES.
+        let (key, spec) = match (env.opt("WORKER_PROFILES"), env.opt("WORKER_PROFILE")) {
+            (Some(list), _) => ("WORKER_PROFILES", list),
+            (None, Some(one)) => ("WORKER_PROFILE", one),
+            (None, None) => ("WORKER_PROFILES", "default".to_owned()),
+        };
+        let profiles = list(&spec);
+        if profiles.is_empty() {
+            return Err(env.invalid(key, "name at least one profile"));
+        }
+        if let Some(bad) = profiles
+            .iter()
+            .find(|p| !maestro_domain::job::valid_profile(p))
         {
-            return Err(env.invalid("WORKER_PROFILE", "letters, digits, '-' and '_' only"));
+            return Err(env.invalid(
+                key,
+                format!("{bad:?}: a profile is 1 to 64 letters, digits, '-' and '_'"),
+            ));
+        }
+        let models = list(&env.string("WORKER_MODELS", ""));
+        let default_model = env.opt("LLM_MODEL").ok_or_else(|| {
+            env.invalid("LLM_MODEL", "set the model a task uses when it names none")
+        })?;
+        if !models.is_empty() && !models.contains(&default_model) {
+            return Err(env.invalid(
+                "LLM_MODEL",
+                format!("{default_model:?} is not one of WORKER_MODELS"),
+            ));
         }
         let catalog = maestro_runtime::pieces::catalog(env)?;
         let default_piece = maestro_runtime::pieces::default_piece(env, &catalog)?;
@@ -85,7 +109,8 @@ impl Settings {
             catalog,
             default_piece,
             worker_id: env.string("WORKER_ID", &default_id),
-            profile,
+            profiles,
+            models,
             concurrency: env.parse("WORKER_CONCURRENCY", 32)?,
             ack_wait: env.millis("JOB_ACK_WAIT_MS", Duration::from_secs(30))?,
             max_deliver: env.parse("JOB_MAX_DELIVER", 20)?,
@@ -95,7 +120,7 @@ impl Settings {
                 connect_timeout: env.millis("LLM_CONNECT_TIMEOUT_MS", Duration::from_secs(5))?,
                 idle_timeout: env.millis("LLM_IDLE_TIMEOUT_MS", Duration::from_secs(120))?,
             },
-            default_model: env.string("LLM_MODEL", "scripted"),
+            default_model,
             max_iterations: env.parse("MAX_ITERATIONS", 100)?,
             max_asks: env.parse("MAX_ASKS", 5)?,
             max_subtask_depth: env.parse("MAX_SUBTASK_DEPTH", 2)?,
@@ -132,4 +157,13 @@ impl Settings {
 
 fn short_random() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// The non-empty items of a comma-separated list, trimmed.
+fn list(spec: &str) -> Vec<String> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

@@ -270,6 +270,8 @@ mod tests {
             pending_interjections: 0,
             continued_from: None,
             a2a: None,
+            space_id: None,
+            space_policy: None,
         }
     }
 

@@ -50,6 +50,12 @@ impl JobHandler {
             Err(e) => Err(e),
         };
         let later = match not_claimed {
+            // Still queued yet not taken: it names a model this worker does not serve. Another
+            // worker of the profile may; the job shows why it waits (`queued_reason`).
+            Ok(NotClaimed::Settled(maestro_domain::JobStatus::Queued)) => {
+                tracing::debug!(job_id = %dispatch.job_id, "not claimed: its model is not served here");
+                Duration::from_secs(5)
+            }
             Ok(NotClaimed::Missing | NotClaimed::Settled(_)) => return Err(Outcome::Done),
             // Someone else holds it: look again when that lease runs out.
             Ok(NotClaimed::Leased { lease_expires_at }) => {

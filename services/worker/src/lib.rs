@@ -35,13 +35,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_deliver: settings.max_deliver,
         max_ack_pending: 10_000,
     };
-    let consumer = setup::jobs_consumer(
-        &bus.js,
-        &bus.subjects,
-        &settings.profile,
-        &consumer_settings,
-    )
-    .await?;
+    let mut consumers = Vec::with_capacity(settings.profiles.len());
+    for profile in &settings.profiles {
+        consumers
+            .push(setup::jobs_consumer(&bus.js, &bus.subjects, profile, &consumer_settings).await?);
+    }
     let llm = maestro_llm::LlmClient::new(settings.llm.clone()).context("build the LLM client")?;
     let runner = RunnerConfig {
         name: "jobs",
@@ -73,8 +71,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             worker_id: settings.worker_id.clone(),
             lease: settings.ack_wait,
             most: CLAIMS_PER_STATEMENT,
+            models: settings.models.clone(),
         },
     );
+    let worker = (
+        settings.worker_id.clone(),
+        settings.profiles.clone(),
+        settings.models.clone(),
+    );
+    maestro_db::workers::seen(&pool, &worker.0, &worker.1, &worker.2)
+        .await
+        .context("register the worker")?;
+    let heartbeat = tokio::spawn(say_seen(pool.clone(), worker.clone(), shutdown.clone()));
     let mcp_tools: Arc<tokio::sync::Mutex<_>> = Arc::default();
     tokio::spawn(forget_changed_listings(
         bus.clone(),
@@ -82,7 +90,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     ));
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
-        pool,
+        pool: pool.clone(),
         bus,
         llm,
         settings: Arc::new(settings),
@@ -95,8 +103,39 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         claimer,
     }));
     maestro_runtime::announce_ready("worker", None);
-    maestro_messaging::consumer::run(consumer, handler, runner, shutdown).await;
+    futures::future::join_all(consumers.into_iter().map(|consumer| {
+        maestro_messaging::consumer::run(
+            consumer,
+            handler.clone(),
+            runner.clone(),
+            shutdown.clone(),
+        )
+    }))
+    .await;
+    heartbeat.abort();
+    if let Err(e) = maestro_db::workers::gone(&pool, &worker.0).await {
+        tracing::warn!(error = %e, "cannot say this worker has stopped");
+    }
     Ok(())
+}
+
+/// Say every [`maestro_db::workers::HEARTBEAT`] that this worker is up and what it serves.
+async fn say_seen(
+    pool: maestro_db::PgPool,
+    (id, profiles, models): (String, Vec<String>, Vec<String>),
+    shutdown: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(maestro_db::workers::HEARTBEAT);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(e) = maestro_db::workers::seen(&pool, &id, &profiles, &models).await {
+            tracing::warn!(error = %e, "cannot say this worker is up");
+        }
+    }
 }
 
 /// An MCP server told a tool-runner its tool list changed (`<p>.tools.mcp.changed`): its

@@ -7,6 +7,7 @@ mod action;
 mod error;
 mod inbox;
 mod schedule;
+mod space;
 mod task;
 mod webhook;
 
@@ -17,6 +18,9 @@ pub use error::{ErrorBody, ErrorDetail};
 pub use inbox::{ActivityItem, ActivityPage, InboxItem, InboxPage, MarkAllRead, MarkedRead};
 pub use schedule::{
     CreateSchedule, Schedule, SchedulePage, ScheduleRun, ScheduleRunPage, TaskTemplate,
+};
+pub use space::{
+    CreateToken, Patch, SetMember, Space, SpaceList, SpaceSettings, TokenInfo, TokenList,
 };
 pub use task::{
     CommentList, ContinueTask, CreateTask, EventPage, Links, NewComment, RoutedComment, RoutedTo,

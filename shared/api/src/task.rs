@@ -18,6 +18,16 @@ pub struct CreateTask {
     pub start_movement: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The space it belongs to (you must be an editor or owner there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space_id: Option<maestro_domain::SpaceId>,
+    /// Who may see it: `private` (default without a space), `space` (default in one),
+    /// `public`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<maestro_domain::Visibility>,
+    /// The worker profile its jobs go to; else its piece's, its space's, or `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 impl CreateTask {

@@ -127,8 +127,36 @@ impl std::fmt::Debug for PushConfig {
     }
 }
 
+impl PushConfig {
+    /// Its token and credentials as stored for task `task_id`: sealed, bound to the config.
+    pub(crate) fn sealed_for(&self, task_id: TaskId) -> (Option<String>, Option<String>) {
+        let (token, credentials) = push_contexts(task_id, &self.id);
+        (
+            crate::sealed::seal_opt(self.token.as_deref(), &token),
+            crate::sealed::seal_opt(self.auth_credentials.as_deref(), &credentials),
+        )
+    }
+
+    /// A config read back: its token and credentials opened.
+    fn opened(mut self) -> Result<Self, DbError> {
+        let (token, credentials) = push_contexts(self.task_id, &self.id);
+        self.token = crate::sealed::open_opt(self.token, &token)?;
+        self.auth_credentials = crate::sealed::open_opt(self.auth_credentials, &credentials)?;
+        Ok(self)
+    }
+}
+
+/// What a push config's sealed token and credentials are bound to.
+pub fn push_contexts(task_id: TaskId, id: &str) -> (String, String) {
+    (
+        format!("a2a_push_configs.token/{task_id}/{id}"),
+        format!("a2a_push_configs.auth_credentials/{task_id}/{id}"),
+    )
+}
+
 /// Store a push config (replacing the task's config of the same id).
 pub async fn put_push_config(pool: &PgPool, config: &PushConfig) -> Result<(), DbError> {
+    let (token, credentials) = config.sealed_for(config.task_id);
     sqlx::query!(
         r#"
         INSERT INTO a2a_push_configs (task_id, id, url, token, auth_scheme, auth_credentials)
@@ -140,9 +168,9 @@ pub async fn put_push_config(pool: &PgPool, config: &PushConfig) -> Result<(), D
         config.task_id.0,
         config.id,
         config.url,
-        config.token,
+        token,
         config.auth_scheme,
-        config.auth_credentials
+        credentials
     )
     .execute(pool)
     .await?;
@@ -166,17 +194,19 @@ pub async fn push_configs(
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| PushConfig {
-            task_id,
-            id: r.id,
-            url: r.url,
-            token: r.token,
-            auth_scheme: r.auth_scheme,
-            auth_credentials: r.auth_credentials,
+    rows.into_iter()
+        .map(|r| {
+            PushConfig {
+                task_id,
+                id: r.id,
+                url: r.url,
+                token: r.token,
+                auth_scheme: r.auth_scheme,
+                auth_credentials: r.auth_credentials,
+            }
+            .opened()
         })
-        .collect())
+        .collect()
 }
 
 /// Delete a push config; whether there was one.
@@ -289,7 +319,8 @@ pub async fn load_push(pool: &PgPool, id: Uuid) -> Result<Option<PushDelivery>, 
                 token: r.token,
                 auth_scheme: r.auth_scheme,
                 auth_credentials: r.auth_credentials,
-            },
+            }
+            .opened()?,
             payload: r.payload,
         })
     })

@@ -55,6 +55,9 @@ pub struct Claimed {
     pub continued_from: Option<JobId>,
     /// A task created over A2A: the `messageId` its instruction came as, and its context.
     pub a2a: Option<A2aOrigin>,
+    /// The space the task belongs to, and that space's tool policy (`None`: the worker's).
+    pub space_id: Option<maestro_domain::SpaceId>,
+    pub space_policy: Option<serde_json::Value>,
 }
 
 /// Where an A2A task came from: what the agent is told in its dynamic context.
@@ -91,6 +94,8 @@ struct Row {
     continued_from_job_id: Option<uuid::Uuid>,
     message_id: Option<String>,
     context_id: Option<String>,
+    space_id: Option<uuid::Uuid>,
+    space_policy: Option<serde_json::Value>,
 }
 
 impl From<Row> for Claimed {
@@ -123,6 +128,8 @@ impl From<Row> for Claimed {
                 message_id,
                 context_id: r.context_id,
             }),
+            space_id: r.space_id.map(maestro_domain::SpaceId),
+            space_policy: r.space_policy,
         }
     }
 }
@@ -148,18 +155,21 @@ pub async fn claim_many(
     worker_id: &str,
     lease: Duration,
 ) -> Result<Vec<Claimed>, DbError> {
-    claim_many_traced(pool, job_ids, &[], worker_id, lease).await
+    claim_many_traced(pool, job_ids, &[], worker_id, lease, &[]).await
 }
 
 /// [`claim_many`], recording on each job the W3C `traceparent` its dispatch carried
 /// (`traceparents[i]` for `job_ids[i]`; empty or missing: none). A job keeps the first one
-/// recorded, so every attempt and every event of the job joins one trace.
+/// recorded, so every attempt and every event of the job joins one trace. A worker that
+/// serves only some `models` (empty: any) takes no job that names another: such a job stays
+/// `queued` for a worker that does.
 pub async fn claim_many_traced(
     pool: &PgPool,
     job_ids: &[JobId],
     traceparents: &[String],
     worker_id: &str,
     lease: Duration,
+    models: &[String],
 ) -> Result<Vec<Claimed>, DbError> {
     let ids: Vec<uuid::Uuid> = job_ids.iter().map(|id| id.0).collect();
     let rows = sqlx::query_as!(
@@ -176,6 +186,11 @@ pub async fn claim_many_traced(
                        (SELECT NULLIF(x.tp, '') FROM unnest($1::uuid[], $4::text[]) AS x(id, tp)
                          WHERE x.id = jobs.id))
              WHERE id = ANY($1)
+               AND (cardinality($5::text[]) = 0
+                    OR COALESCE(jobs.model, (SELECT model FROM tasks WHERE tasks.id = jobs.task_id))
+                       IS NULL
+                    OR COALESCE(jobs.model, (SELECT model FROM tasks WHERE tasks.id = jobs.task_id))
+                       = ANY($5))
                AND (status = 'queued'
                     OR (status = 'retry' AND next_retry_at <= now() + interval '50 milliseconds')
                     OR (status = 'running' AND lease_expires_at < now()))
@@ -188,7 +203,7 @@ pub async fn claim_many_traced(
          RETURNING tasks.id, tasks.last_seq, tasks.owner, tasks.instruction, tasks.piece,
                    tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
                    COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
-                   tasks.max_attempts AS task_max_attempts, tasks.context_id
+                   tasks.max_attempts AS task_max_attempts, tasks.context_id, tasks.space_id
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
@@ -208,13 +223,16 @@ pub async fn claim_many_traced(
                t.context_id AS "context_id?",
                (SELECT c.message_id FROM comments c
                  WHERE c.task_id = j.task_id AND c.kind = 'instruction' AND t.context_id IS NOT NULL
-                 LIMIT 1) AS "message_id?"
+                 LIMIT 1) AS "message_id?",
+               t.space_id AS "space_id?",
+               (SELECT s.policy FROM spaces s WHERE s.id = t.space_id) AS "space_policy?"
           FROM j JOIN t ON t.id = j.task_id
         "#,
         &ids,
         worker_id,
         lease.as_secs_f64(),
         traceparents,
+        models,
     )
     .fetch_all(pool)
     .await?;

@@ -396,9 +396,13 @@ pub struct NextJob<'a> {
 
 /// Add a `queued` job to the task (the next `job_no`, running the piece and model of the
 /// latest job), in the caller's transaction; its
-/// `queued` event is the caller's ([`crate::events::push`]). Returns its `job_no`.
-pub async fn insert_next(conn: &mut PgConnection, job: &NextJob<'_>) -> Result<i32, DbError> {
-    let job_no = sqlx::query_scalar!(
+/// `queued` event is the caller's ([`crate::events::push`]). Returns its `job_no` and the
+/// worker profile it goes to (its task's).
+pub async fn insert_next(
+    conn: &mut PgConnection,
+    job: &NextJob<'_>,
+) -> Result<(i32, String), DbError> {
+    let row = sqlx::query!(
         r#"
         WITH t AS (
             UPDATE tasks SET job_count = job_count + 1, updated_at = now() WHERE id = $2
@@ -409,7 +413,7 @@ pub async fn insert_next(conn: &mut PgConnection, job: &NextJob<'_>) -> Result<i
         SELECT $1, $2, t.job_count, 'queued', $3, $4, $5, $6, latest.piece, latest.model
           FROM t LEFT JOIN LATERAL (SELECT piece, model FROM jobs WHERE task_id = $2
                                      ORDER BY job_no DESC LIMIT 1) latest ON true
-        RETURNING job_no
+        RETURNING job_no, profile
         "#,
         job.id.0,
         job.task_id.0,
@@ -420,5 +424,5 @@ pub async fn insert_next(conn: &mut PgConnection, job: &NextJob<'_>) -> Result<i
     )
     .fetch_one(conn)
     .await?;
-    Ok(job_no)
+    Ok((row.job_no, row.profile))
 }

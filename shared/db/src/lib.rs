@@ -7,6 +7,7 @@
 
 pub mod a2a;
 pub mod actions;
+pub mod api_tokens;
 pub mod claims;
 pub mod comments;
 pub mod continues;
@@ -21,10 +22,13 @@ pub mod operations;
 pub mod outbox;
 mod parse;
 pub mod schedules;
+pub mod sealed;
+pub mod spaces;
 pub mod stats;
 pub mod subtasks;
 pub mod tasks;
 pub mod webhooks;
+pub mod workers;
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Owners' tokens for MCP servers that need authorization. Never returned by the API and
-//! never logged.
+//! never logged; sealed at rest ([`crate::sealed`]).
 
 use chrono::{DateTime, Utc};
 use maestro_domain::Owner;
@@ -7,6 +7,38 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::DbError;
+use crate::sealed;
+
+fn token_context(owner: &str, server: &str) -> String {
+    format!("mcp_tokens.token/{owner}/{server}")
+}
+
+fn grant_context(owner: &str, server: &str) -> String {
+    format!("mcp_tokens.credentials/{owner}/{server}")
+}
+
+/// A grant as stored: sealed, it is a JSON string holding the sealed JSON text.
+fn seal_grant(owner: &str, server: &str, credentials: &Value) -> Value {
+    if sealed::sealing() {
+        Value::String(sealed::seal(
+            &credentials.to_string(),
+            &grant_context(owner, server),
+        ))
+    } else {
+        credentials.clone()
+    }
+}
+
+fn open_grant(owner: &str, server: &str, stored: Value) -> Result<Value, DbError> {
+    match stored {
+        Value::String(text) => {
+            let plain = sealed::open(&text, &grant_context(owner, server))?;
+            serde_json::from_str(&plain)
+                .map_err(|e| DbError::corrupt(format!("an MCP grant is not JSON: {e}")))
+        }
+        other => Ok(other),
+    }
+}
 
 /// Store (or replace) `owner`'s token for the MCP server `server`.
 pub async fn put(pool: &PgPool, owner: &Owner, server: &str, token: &str) -> Result<(), DbError> {
@@ -18,7 +50,7 @@ pub async fn put(pool: &PgPool, owner: &Owner, server: &str, token: &str) -> Res
         "#,
         owner.as_str(),
         server,
-        token
+        sealed::seal(token, &token_context(owner.as_str(), server)),
     )
     .execute(pool)
     .await?;
@@ -38,7 +70,12 @@ pub async fn of_owner(
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.server, r.token)).collect())
+    rows.into_iter()
+        .map(|r| {
+            let token = sealed::open(&r.token, &token_context(owner, &r.server))?;
+            Ok((r.server, token))
+        })
+        .collect()
 }
 
 /// `owner`'s OAuth grant for `server` (rmcp's stored credentials), if any.
@@ -50,7 +87,9 @@ pub async fn grant(pool: &PgPool, owner: &str, server: &str) -> Result<Option<Va
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.flatten())
+    row.flatten()
+        .map(|stored| open_grant(owner, server, stored))
+        .transpose()
 }
 
 /// Store `owner`'s OAuth grant for `server`: the grant itself, its access token (what jobs
@@ -73,8 +112,8 @@ pub async fn put_grant(
         "#,
         owner,
         server,
-        access_token,
-        credentials,
+        sealed::seal(access_token, &token_context(owner, server)),
+        seal_grant(owner, server, credentials),
         expires_at
     )
     .execute(pool)
@@ -109,8 +148,10 @@ pub async fn of_owner_with_expiry(
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.server, r.token, r.expires_at, r.grant))
-        .collect())
+    rows.into_iter()
+        .map(|r| {
+            let token = sealed::open(&r.token, &token_context(owner, &r.server))?;
+            Ok((r.server, token, r.expires_at, r.grant))
+        })
+        .collect()
 }

@@ -88,10 +88,13 @@ pub async fn insert_child(
             SELECT 1 AS one FROM jobs WHERE id = $1 AND attempt = $2 AND status = 'running'
                FOR SHARE
         ), task AS (
+            -- A subtask belongs where its parent does, seen by whom its parent is.
             INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key,
                                request_hash, last_seq, job_count, parent_task_id, parent_job_id,
-                               workspace_id, depth, max_attempts)
-            SELECT $3, $4, $5, $6, $7, $8, 'subtask', 1, 1, $9, $1, $10, $11, $15 FROM held
+                               workspace_id, depth, max_attempts, space_id, visibility, profile)
+            SELECT $3, $4, $5, $6, $7, $8, 'subtask', 1, 1, $9, $1, $10, $11, $15,
+                   p.space_id, p.visibility, $14
+              FROM held, tasks p WHERE p.id = $9
             ON CONFLICT (owner, idempotency_key) DO NOTHING
             RETURNING id
         ), comment AS (

@@ -1,8 +1,11 @@
 //! Tasks: creation (with their first job, in one statement), lookup and listing, always
-//! scoped to the owner so one user never reads another's tasks.
+//! scoped to what the caller may see: their own tasks, the non-private tasks of their spaces,
+//! public ones (docs/spaces.md).
 
 use chrono::{DateTime, Utc};
-use maestro_domain::{JobId, JobRecord, JobStatus, Owner, TaskId, TaskRecord};
+use maestro_domain::{
+    Access, JobId, JobRecord, JobStatus, Owner, SpaceId, SpaceRole, TaskId, TaskRecord, Visibility,
+};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -24,6 +27,8 @@ pub struct NewTask<'a> {
     /// of the same idempotency key.
     pub request_hash: &'a str,
     pub profile: &'a str,
+    pub space_id: Option<SpaceId>,
+    pub visibility: Visibility,
     pub max_attempts: i32,
     /// The A2A context it belongs to (`None`: its own).
     pub context_id: Option<&'a str>,
@@ -56,13 +61,14 @@ pub async fn resolve_piece(pool: &PgPool, id: TaskId, piece: &str) -> Result<Str
 /// the owner already used this idempotency key.
 pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecord>, DbError> {
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
+    let (push_token, push_credentials) = new.push.map(|p| p.sealed_for(new.id)).unwrap_or_default();
     let row = sqlx::query!(
         r#"
         WITH task AS (
             INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key,
                                request_hash, last_seq, job_count, start_movement, max_attempts,
-                               context_id)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1, $13, $11, $14)
+                               context_id, profile, space_id, visibility)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 1, $13, $11, $14, $10, $21, $22)
             ON CONFLICT (owner, idempotency_key) DO NOTHING
             RETURNING id, created_at
         ), comment AS (
@@ -98,14 +104,20 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         new.message_id,
         new.push.map(|p| p.id.as_str()),
         new.push.map(|p| p.url.as_str()),
-        new.push.and_then(|p| p.token.as_deref()),
+        push_token,
         new.push.and_then(|p| p.auth_scheme.as_deref()),
-        new.push.and_then(|p| p.auth_credentials.as_deref()),
+        push_credentials,
+        new.space_id.map(|s| s.0),
+        new.visibility.as_str(),
     )
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|row| TaskRecord {
         id: new.id,
+        owner: new.owner.as_str().to_owned(),
+        space_id: new.space_id,
+        visibility: new.visibility,
+        profile: new.profile.to_owned(),
         instruction: new.instruction.to_owned(),
         piece: new.piece.to_owned(),
         model: new.model.map(str::to_owned),
@@ -127,6 +139,7 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
             continued_from_job_id: None,
             piece: None,
             model: None,
+            queued_reason: None,
         }),
         parent_task_id: None,
         depth: 0,
@@ -152,64 +165,105 @@ pub async fn find_by_idempotency_key(
     Ok(row.map(|r| (TaskId(r.id), r.request_hash)))
 }
 
-/// Whether `owner` owns task `id`.
-pub async fn exists(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<bool, DbError> {
+/// What `caller` may do with task `id`: `None` when they may not even see it (or it does not
+/// exist).
+pub async fn access(pool: &PgPool, caller: &Owner, id: TaskId) -> Result<Option<Access>, DbError> {
     let row = sqlx::query!(
-        "SELECT 1 AS one FROM tasks WHERE id = $1 AND owner = $2",
+        r#"
+        SELECT t.owner = $2 AS "creator!", t.visibility, m.role AS "role?"
+          FROM tasks t
+          LEFT JOIN space_members m ON m.space_id = t.space_id AND m.member = $2
+         WHERE t.id = $1
+        "#,
         id.0,
-        owner.as_str()
+        caller.as_str()
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.is_some())
+    Ok(row.and_then(|r| {
+        let visibility = Visibility::parse(&r.visibility).unwrap_or_default();
+        let role = r.role.as_deref().and_then(SpaceRole::parse);
+        Access::of(r.creator, visibility, role)
+    }))
 }
 
-/// The workspace of `owner`'s task (its own, or its top task's); `None` when the owner has
-/// no such task.
+/// The worker profile task `id`'s jobs go to (`None`: no such task).
+pub async fn profile(pool: &PgPool, id: TaskId) -> Result<Option<String>, DbError> {
+    let row = sqlx::query_scalar!("SELECT profile FROM tasks WHERE id = $1", id.0)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row)
+}
+
+/// The workspace of a task `caller` may see (its own, or its top task's); `None` when there
+/// is no such task.
 pub async fn workspace_of(
     pool: &PgPool,
-    owner: &Owner,
+    caller: &Owner,
     id: TaskId,
 ) -> Result<Option<TaskId>, DbError> {
+    if access(pool, caller, id).await?.is_none() {
+        return Ok(None);
+    }
     let row = sqlx::query_scalar!(
-        r#"SELECT COALESCE(workspace_id, id) AS "workspace!" FROM tasks WHERE id = $1 AND owner = $2"#,
+        r#"SELECT COALESCE(workspace_id, id) AS "workspace!" FROM tasks WHERE id = $1"#,
         id.0,
-        owner.as_str()
     )
     .fetch_optional(pool)
     .await?;
     Ok(row.map(TaskId))
 }
 
-/// One task of `owner`, with its latest job.
-pub async fn get(pool: &PgPool, owner: &Owner, id: TaskId) -> Result<Option<TaskRecord>, DbError> {
-    Ok(query_records(pool, owner, Some(&[id]), None, 1)
-        .await?
-        .pop())
+/// One task `caller` may see, with its latest job.
+pub async fn get(pool: &PgPool, caller: &Owner, id: TaskId) -> Result<Option<TaskRecord>, DbError> {
+    let filter = Filter {
+        ids: Some(&[id]),
+        ..Filter::default()
+    };
+    Ok(query_records(pool, caller, &filter, 1).await?.pop())
 }
 
-/// Tasks `ids` of `owner` (those that are), with their latest jobs, newest first.
+/// Tasks `ids` that `caller` may see (those that are), with their latest jobs, newest first.
 pub async fn many(
     pool: &PgPool,
-    owner: &Owner,
+    caller: &Owner,
     ids: &[TaskId],
 ) -> Result<Vec<TaskRecord>, DbError> {
-    query_records(pool, owner, Some(ids), None, ids.len() as i64).await
+    let filter = Filter {
+        ids: Some(ids),
+        ..Filter::default()
+    };
+    query_records(pool, caller, &filter, ids.len() as i64).await
 }
 
-/// A page of `owner`'s tasks, newest first, strictly older than `before` when given.
+/// Which tasks a listing shows, besides what the caller may see.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filter<'a> {
+    pub ids: Option<&'a [TaskId]>,
+    /// Strictly older than this one.
+    pub before: Option<TaskId>,
+    /// In this space only.
+    pub space: Option<SpaceId>,
+}
+
+/// A page of the tasks `caller` may see, newest first: their own and the non-private tasks of
+/// their spaces (with a `space` filter, also that space's public tasks).
 pub async fn list(
     pool: &PgPool,
-    owner: &Owner,
-    before: Option<TaskId>,
+    caller: &Owner,
+    filter: &Filter<'_>,
     limit: i64,
 ) -> Result<Vec<TaskRecord>, DbError> {
-    query_records(pool, owner, None, before, limit).await
+    query_records(pool, caller, filter, limit).await
 }
 
 /// A task row with its latest job's columns (all null when it has none).
 struct Row {
     id: uuid::Uuid,
+    owner: String,
+    space_id: Option<uuid::Uuid>,
+    visibility: String,
+    profile: String,
     instruction: String,
     piece: String,
     model: Option<String>,
@@ -235,6 +289,7 @@ struct Row {
     continued_from_job_id: Option<uuid::Uuid>,
     job_piece: Option<String>,
     job_model: Option<String>,
+    queued_reason: Option<String>,
 }
 
 impl TryFrom<Row> for TaskRecord {
@@ -259,12 +314,17 @@ impl TryFrom<Row> for TaskRecord {
                     continued_from_job_id: r.continued_from_job_id.map(JobId),
                     piece: r.job_piece,
                     model: r.job_model,
+                    queued_reason: r.queued_reason,
                 })
             }
             _ => None,
         };
         Ok(TaskRecord {
             id: TaskId(r.id),
+            owner: r.owner,
+            space_id: r.space_id.map(SpaceId),
+            visibility: Visibility::parse(&r.visibility).unwrap_or_default(),
+            profile: r.profile,
             instruction: r.instruction,
             piece: r.piece,
             model: r.model,
@@ -282,16 +342,18 @@ impl TryFrom<Row> for TaskRecord {
 
 async fn query_records(
     pool: &PgPool,
-    owner: &Owner,
-    ids: Option<&[TaskId]>,
-    before: Option<TaskId>,
+    caller: &Owner,
+    filter: &Filter<'_>,
     limit: i64,
 ) -> Result<Vec<TaskRecord>, DbError> {
-    let ids: Option<Vec<Uuid>> = ids.map(|ids| ids.iter().map(|i| i.0).collect());
+    let ids: Option<Vec<Uuid>> = filter.ids.map(|ids| ids.iter().map(|i| i.0).collect());
+    // A queued job says why it waits when no worker that is up (seen in the last 30 s) serves
+    // its profile, or none of those serves its model.
     let rows = sqlx::query_as!(
         Row,
         r#"
-        SELECT t.id, t.instruction, t.piece, t.model, t.created_at, t.updated_at,
+        SELECT t.id, t.owner, t.space_id, t.visibility, t.profile,
+               t.instruction, t.piece, t.model, t.created_at, t.updated_at,
                t.parent_task_id, t.depth, t.context_id, t.schedule_id, t.scheduled_for,
                j.id AS "job_id?", j.job_no AS "job_no?",
                j.status AS "status?", j.wait_reason AS "wait_reason?", j.attempt AS "attempt?",
@@ -299,20 +361,37 @@ async fn query_records(
                j.result AS "result?", j.error AS "error?", j.created_at AS "job_created_at?",
                j.started_at AS "started_at?", j.finished_at AS "finished_at?",
                j.continued_from_job_id AS "continued_from_job_id?", j.piece AS "job_piece?",
-               j.model AS "job_model?"
+               j.model AS "job_model?",
+               CASE WHEN j.status = 'queued' THEN (
+                   SELECT CASE
+                       WHEN count(*) = 0 THEN format('no worker serving profile %L is up', j.profile)
+                       WHEN COALESCE(j.model, t.model) IS NOT NULL
+                            AND NOT bool_or(cardinality(w.models) = 0
+                                            OR COALESCE(j.model, t.model) = ANY(w.models))
+                           THEN format('no worker of profile %L that is up serves model %L',
+                                       j.profile, COALESCE(j.model, t.model))
+                       END
+                     FROM workers w
+                    WHERE j.profile = ANY(w.profiles) AND w.seen_at > now() - interval '30 seconds'
+               ) END AS "queued_reason?"
           FROM tasks t
           LEFT JOIN LATERAL (SELECT * FROM jobs WHERE jobs.task_id = t.id
                               ORDER BY job_no DESC LIMIT 1) j ON true
-         WHERE t.owner = $1
-           AND ($2::uuid[] IS NULL OR t.id = ANY($2))
+         WHERE ($2::uuid[] IS NULL OR t.id = ANY($2))
            AND ($3::uuid IS NULL OR t.id < $3)
+           AND ($5::uuid IS NULL OR t.space_id = $5)
+           AND (t.owner = $1
+                OR (t.visibility <> 'private'
+                    AND t.space_id IN (SELECT space_id FROM space_members WHERE member = $1))
+                OR (t.visibility = 'public' AND ($2::uuid[] IS NOT NULL OR $5::uuid IS NOT NULL)))
          ORDER BY t.id DESC
          LIMIT $4
         "#,
-        owner.as_str(),
+        caller.as_str(),
         ids.as_deref(),
-        before.map(|b| b.0),
-        limit
+        filter.before.map(|b| b.0),
+        limit,
+        filter.space.map(|s| s.0),
     )
     .fetch_all(pool)
     .await?;

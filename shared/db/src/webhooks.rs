@@ -34,6 +34,11 @@ impl std::fmt::Debug for Subscription {
     }
 }
 
+/// What a subscription's sealed secret is bound to.
+pub fn secret_context(id: WebhookId) -> String {
+    format!("webhook_subscriptions.secret/{id}")
+}
+
 /// Store a new subscription.
 pub async fn create(pool: &PgPool, owner: &Owner, sub: &Subscription) -> Result<(), DbError> {
     sqlx::query!(
@@ -44,7 +49,7 @@ pub async fn create(pool: &PgPool, owner: &Owner, sub: &Subscription) -> Result<
         sub.id.0,
         owner.as_str(),
         sub.url,
-        sub.secret,
+        crate::sealed::seal(&sub.secret, &secret_context(sub.id)),
         &sub.event_types,
         sub.created_at
     )
@@ -66,19 +71,20 @@ pub async fn list(pool: &PgPool, owner: &Owner) -> Result<Vec<Subscription>, DbE
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| Subscription {
-            id: WebhookId(r.id),
-            url: r.url,
-            secret: r.secret,
-            event_types: r.event_types,
-            created_at: r.created_at,
-            disabled_at: r.disabled_at,
-            disabled_reason: r.disabled_reason,
-            consecutive_failures: r.consecutive_failures,
+    rows.into_iter()
+        .map(|r| {
+            Ok(Subscription {
+                id: WebhookId(r.id),
+                url: r.url,
+                secret: crate::sealed::open(&r.secret, &secret_context(WebhookId(r.id)))?,
+                event_types: r.event_types,
+                created_at: r.created_at,
+                disabled_at: r.disabled_at,
+                disabled_reason: r.disabled_reason,
+                consecutive_failures: r.consecutive_failures,
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Deactivate a subscription; `false` if the owner has no such active subscription.
@@ -126,7 +132,7 @@ pub async fn load_delivery(
 ) -> Result<Option<PendingDelivery>, DbError> {
     let row = sqlx::query!(
         r#"
-        SELECT d.id, d.status, d.attempts, s.url, s.secret,
+        SELECT d.id, d.status, d.attempts, s.url, s.secret, s.id AS subscription_id,
                s.deleted_at IS NULL AND s.disabled_at IS NULL AS "active!",
                n.id AS notification_id, n.payload
           FROM webhook_deliveries d
@@ -146,7 +152,7 @@ pub async fn load_delivery(
             })?,
             attempts: r.attempts,
             url: r.url,
-            secret: r.secret,
+            secret: crate::sealed::open(&r.secret, &secret_context(WebhookId(r.subscription_id)))?,
             subscription_active: r.active,
             notification_id: r.notification_id,
             payload: r.payload,

@@ -138,3 +138,11 @@ uuid_id!(
     /// A schedule: a cron expression that fires tasks from a template.
     ScheduleId
 );
+uuid_id!(
+    /// A space: tasks that belong together and the people who work on them.
+    SpaceId
+);
+uuid_id!(
+    /// An API token (its id; the token itself is never stored).
+    TokenId
+);

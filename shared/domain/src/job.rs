@@ -13,8 +13,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::JobId;
 
-/// The worker profile every job is dispatched to until spaces bring others.
+/// The worker profile a job is dispatched to when neither its task, its piece nor its space
+/// names one.
 pub const DEFAULT_PROFILE: &str = "default";
+
+/// Whether `profile` can name a worker profile: it is a NATS subject token, 1 to 64 letters,
+/// digits, '-' and '_'.
+pub fn valid_profile(profile: &str) -> bool {
+    !profile.is_empty()
+        && profile.len() <= 64
+        && profile
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -190,6 +201,10 @@ pub struct JobRecord {
     /// The model this job uses, when it is not the task's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Why a queued job is not running yet, when no worker that is up can take it (no
+    /// worker of its profile, or none of them serves its model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_reason: Option<String>,
 }
 
 /// What a claim sees of a job it could not take.

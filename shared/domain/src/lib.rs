@@ -14,6 +14,7 @@ pub mod piece;
 pub mod policy;
 pub mod replay;
 pub mod schedule;
+pub mod space;
 pub mod storable;
 pub mod stream_id;
 pub mod task;
@@ -27,8 +28,12 @@ pub use event::{
     DecisionEvent, Event, EventBody, EventKind, JobStateChange, MessageEvent, MovementEvent,
     RedispatchEvent, RewriteEvent, ToolCallEvent, ToolResultEvent,
 };
-pub use ids::{ActionId, DeliveryId, JobId, NotificationId, Owner, ScheduleId, TaskId, WebhookId};
+pub use ids::{
+    ActionId, DeliveryId, JobId, NotificationId, Owner, ScheduleId, SpaceId, TaskId, TokenId,
+    WebhookId,
+};
 pub use job::{JobRecord, JobStatus, WaitReason};
 pub use message::{Message, Role, ToolCall, Usage};
+pub use space::{Access, SpaceRole, Visibility};
 pub use stream_id::StreamId;
 pub use task::{Comment, CommentKind, TaskRecord};

@@ -40,6 +40,8 @@ pub struct Piece {
     pub max_iterations: u32,
     /// Times one movement may be entered (the revisit guard).
     pub max_visits: u32,
+    /// The worker profile its tasks are dispatched to, when the task names none.
+    pub profile: Option<String>,
     pub movements: Vec<Movement>,
 }
 
@@ -76,6 +78,8 @@ pub enum PieceError {
     },
     #[error("piece {piece}: it has no movements")]
     NoMovements { piece: String },
+    #[error("piece {piece}: profile {profile:?} is not 1 to 64 letters, digits, '-' and '_'")]
+    InvalidProfile { piece: String, profile: String },
     #[error("piece {piece}: no start movement (set `start_movement`)")]
     NoStart { piece: String },
     #[error("piece {piece}: the start movement {start:?} is not one of its movements")]
@@ -127,6 +131,8 @@ struct PieceFile {
     max_iterations: Option<u32>,
     #[serde(default)]
     max_visits: Option<u32>,
+    #[serde(default)]
+    profile: Option<String>,
     #[serde(alias = "steps")]
     movements: Vec<MovementFile>,
     #[serde(default, rename = "personas")]
@@ -262,6 +268,14 @@ impl Piece {
             None if file.movements.len() == 1 => file.movements[0].name.clone(),
             None => return Err(PieceError::NoStart { piece }),
         };
+        if let Some(profile) = &file.profile
+            && !crate::job::valid_profile(profile)
+        {
+            return Err(PieceError::InvalidProfile {
+                piece,
+                profile: profile.clone(),
+            });
+        }
         let movements = file
             .movements
             .into_iter()
@@ -274,6 +288,7 @@ impl Piece {
             max_movements: file.max_movements.unwrap_or(20).max(1),
             max_iterations: file.max_iterations.unwrap_or(30).max(1),
             max_visits: file.max_visits.unwrap_or(5).max(1),
+            profile: file.profile,
             movements,
         })
     }

@@ -12,6 +12,15 @@ use crate::job::{JobRecord, JobStatus};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskRecord {
     pub id: TaskId,
+    /// Who created it.
+    pub owner: String,
+    /// The space it belongs to (`None`: its own ephemeral workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space_id: Option<crate::SpaceId>,
+    #[serde(default)]
+    pub visibility: crate::Visibility,
+    /// The worker profile its jobs are dispatched to.
+    pub profile: String,
     pub instruction: String,
     pub piece: String,
     pub model: Option<String>,

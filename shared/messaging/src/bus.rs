@@ -11,7 +11,6 @@
 
 use async_nats::jetstream;
 use bytes::Bytes;
-use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{JobId, TaskId};
 
 use crate::Subjects;
@@ -53,8 +52,8 @@ impl AfterCommit {
 
     /// The commit queued a new job of task `task_id` (with its events): the relay drains and
     /// the job is dispatched to the workers of the default profile.
-    pub fn new_job(task_id: TaskId, job_id: JobId) -> Self {
-        Self::events().dispatch(DEFAULT_PROFILE, JobDispatch::new_job(task_id, job_id))
+    pub fn new_job(profile: &str, task_id: TaskId, job_id: JobId) -> Self {
+        Self::events().dispatch(profile, JobDispatch::new_job(task_id, job_id))
     }
 
     /// Dispatch a job the commit queued to the workers of `profile`.

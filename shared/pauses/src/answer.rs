@@ -63,7 +63,7 @@ pub async fn answer(
         resume_question: Some(question),
         ask_count: asking.ask_count + 1,
     };
-    jobs::insert_next(&mut tx, &next).await?;
+    let (_, profile) = jobs::insert_next(&mut tx, &next).await?;
     let queued = EventBody::JobState(JobStateChange::new(JobStatus::Queued, 0));
     events::push(&mut tx, new_job, &[queued]).await?;
     comments::move_unread(&mut tx, asking.id, new_job).await?;
@@ -71,6 +71,6 @@ pub async fn answer(
     maestro_db::commit(tx).await?;
     Ok(Some(Answered {
         comment,
-        after: AfterCommit::new_job(task_id, new_job),
+        after: AfterCommit::new_job(&profile, task_id, new_job),
     }))
 }

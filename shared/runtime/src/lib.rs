@@ -20,6 +20,7 @@ pub use infra::{Infra, StartError};
 /// service is serving. Logs go to stderr, so this line is easy to wait for from a script or a
 /// test harness.
 pub fn announce_ready(service: &str, addr: Option<SocketAddr>) {
+    metrics::set_ready();
     let mut line = format!("MAESTRO_READY service={service}");
     if let Some(addr) = addr {
         line.push_str(&format!(" addr={addr}"));
@@ -56,6 +57,21 @@ where
     let _telemetry = telemetry::init(&telemetry::TelemetrySettings::from_env(&env, service)?);
     let settings = settings(&env)?;
     tracing::info!(?settings, "starting {service}");
+    // Secrets at rest (MCP tokens, webhook secrets, A2A push credentials) are sealed with
+    // SECRETS_KEYS; without it they are written as they are.
+    let keys = match env.opt("SECRETS_KEYS") {
+        Some(spec) => Some(
+            maestro_db::sealed::Keyring::parse(&spec)
+                .map_err(|reason| env.invalid("SECRETS_KEYS", reason))?,
+        ),
+        None => {
+            if service != "tool-runner" {
+                tracing::warn!("SECRETS_KEYS is not set: secrets are stored unsealed");
+            }
+            None
+        }
+    };
+    maestro_db::sealed::install(keys);
     metrics::install(service);
     // `METRICS_ADDR` (default: a free port on loopback, announced when ready); `off`: none.
     match env.string("METRICS_ADDR", "127.0.0.1:0").as_str() {

@@ -155,12 +155,34 @@ pub fn render() -> String {
         .unwrap_or_default()
 }
 
-/// Serve `GET /metrics` on `addr` (port 0: any free one); the address bound.
+/// Set once the service has said it is ready ([`crate::announce_ready`]).
+static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The service is ready: `/readyz` of the metrics listener answers 200 from now on.
+pub fn set_ready() {
+    READY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Serve `GET /metrics`, `/livez` (200 while the process runs) and `/readyz` (200 once the
+/// service is ready, 503 before: the probes of a container platform) on `addr` (port 0: any
+/// free one); the address bound.
 pub async fn serve(addr: SocketAddr) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let _ = SERVED_AT.set(bound);
-    let app = axum::Router::new().route("/metrics", axum::routing::get(handler));
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(handler))
+        .route("/livez", axum::routing::get(|| async { "live\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(|| async {
+                if READY.load(std::sync::atomic::Ordering::Relaxed) {
+                    (axum::http::StatusCode::OK, "ready\n")
+                } else {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+                }
+            }),
+        );
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app.into_make_service()).await {
             tracing::warn!(error = %e, "the metrics listener stopped");

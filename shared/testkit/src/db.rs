@@ -77,6 +77,8 @@ impl TestDb {
             idempotency_key: None,
             request_hash: "h",
             profile: "default",
+            space_id: None,
+            visibility: maestro_domain::Visibility::Private,
             max_attempts: 3,
             context_id: None,
             message_id: None,

@@ -40,6 +40,15 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// A fresh 256-bit key in base64 (a `SECRETS_KEYS` key).
+pub fn random_key() -> String {
+    use base64::Engine as _;
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
 /// An HTTP client for tests (installs the TLS crypto provider reqwest needs first).
 pub fn http_client() -> reqwest::Client {
     maestro_runtime::http_client()

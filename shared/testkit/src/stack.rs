@@ -192,6 +192,8 @@ impl Stack {
         let prefix = crate::unique("t");
         let workspaces = dir.path().join("workspaces");
         let token = "test-token-alice".to_owned();
+        // Secrets at rest are sealed in every test stack, under a key of its own.
+        let secrets_keys = format!("test:{}", crate::random_key());
         let other_token = "test-token-bob".to_owned();
         let mut env: Vec<(String, String)> = [
             ("DATABASE_URL", db.url.as_str()),
@@ -200,7 +202,12 @@ impl Stack {
             ("LLM_BASE_URL", llm.base_url.as_str()),
             ("LLM_MODEL", "scripted"),
             ("GATEWAY_ADDR", "127.0.0.1:0"),
-            ("API_TOKENS", "test-token-alice=alice,test-token-bob=bob"),
+            (
+                "API_TOKENS",
+                "test-token-alice=alice,test-token-bob=bob,test-token-carol=carol",
+            ),
+            ("ADMIN_OWNERS", "alice"),
+            ("SECRETS_KEYS", secrets_keys.as_str()),
             ("WORKSPACES_DIR", &workspaces.display().to_string()),
             ("LOG_FORMAT", "json"),
             ("RUST_LOG", "info"),
@@ -329,6 +336,27 @@ impl Stack {
         response.text().await.expect("the metrics text")
     }
 
+    /// The value of `key` in the environment the stack's services get.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The status of `GET <path>` on an instance's metrics listener (`/livez`, `/readyz`).
+    pub async fn probe(&self, instance: &str, path: &str) -> u16 {
+        let addr = self.metrics_addr(instance);
+        self.http
+            .get(format!("http://{addr}{path}"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{instance}'s {path} answers: {e}"))
+            .status()
+            .as_u16()
+    }
+
     /// SIGKILL an instance.
     pub async fn kill(&mut self, instance: &str) {
         self.process(instance).kill().await;
@@ -357,6 +385,11 @@ impl Stack {
     /// The API as bob (another owner) sees it.
     pub fn bob(&self) -> Client {
         self.client_as(&self.other_token)
+    }
+
+    /// The API as carol (a third owner) sees it.
+    pub fn carol(&self) -> Client {
+        self.client_as("test-token-carol")
     }
 
     /// The API as the owner of `token` sees it.

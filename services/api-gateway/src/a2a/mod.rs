@@ -88,7 +88,7 @@ fn direct_answer(task: Task) -> Message {
 
 /// `GetTask` (both bindings).
 async fn get(ctx: Ctx<'_>, request: &TaskIdRequest) -> Result<Task, A2aError> {
-    let task_id = ops::owned(ctx, &request.id).await?;
+    let task_id = ops::readable(ctx, &request.id).await?;
     let shape = Shape {
         history_length: ops::history_length(request.history_length)?,
         include_artifacts: true,

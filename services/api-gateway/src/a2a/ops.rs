@@ -48,9 +48,10 @@ pub fn from_api(error: ApiError) -> A2aError {
     let message = error.to_string();
     match error {
         ApiError::NotFound("task") => A2aError::task_not_found(),
-        ApiError::NotFound(_) | ApiError::Invalid(..) | ApiError::BadRequest { .. } => {
-            A2aError::invalid_params(message)
-        }
+        ApiError::NotFound(_)
+        | ApiError::Invalid(..)
+        | ApiError::BadRequest { .. }
+        | ApiError::Forbidden(_) => A2aError::invalid_params(message),
         ApiError::Conflict { code, .. } => A2aError::invalid_params(format!("{message} ({code})")),
         ApiError::Unavailable(_) | ApiError::Unexpected(_) => {
             A2aError::internal("internal error; it was logged, and retrying may help")
@@ -63,17 +64,28 @@ fn db(error: maestro_db::DbError) -> A2aError {
     from_api(error.into())
 }
 
-/// A task id from a request: one the caller owns, or `TaskNotFound`.
-pub async fn owned(ctx: Ctx<'_>, raw: &str) -> Result<TaskId, A2aError> {
+/// A task id from a request: one the caller may see, or `TaskNotFound`.
+pub async fn readable(ctx: Ctx<'_>, raw: &str) -> Result<TaskId, A2aError> {
+    with_access(ctx, raw, maestro_domain::Access::Read).await
+}
+
+/// A task id from a request: one the caller may act on (send to, cancel, push from), else
+/// `TaskNotFound` (or, for a task they may only read, an invalid-params error saying so).
+pub async fn actable(ctx: Ctx<'_>, raw: &str) -> Result<TaskId, A2aError> {
+    with_access(ctx, raw, maestro_domain::Access::Act).await
+}
+
+async fn with_access(
+    ctx: Ctx<'_>,
+    raw: &str,
+    need: maestro_domain::Access,
+) -> Result<TaskId, A2aError> {
     let id: TaskId = raw.parse().map_err(|_| A2aError::task_not_found())?;
-    if maestro_db::tasks::exists(&ctx.state.pool, ctx.owner, id)
+    let has = maestro_db::tasks::access(&ctx.state.pool, ctx.owner, id)
         .await
-        .map_err(db)?
-    {
-        Ok(id)
-    } else {
-        Err(A2aError::task_not_found())
-    }
+        .map_err(db)?;
+    crate::routes::check_access(has, need).map_err(from_api)?;
+    Ok(id)
 }
 
 /// `SendMessage`'s effect: create a task, or bring the message to the task it names; the task.
@@ -87,7 +99,7 @@ pub async fn send(ctx: Ctx<'_>, request: &SendMessageRequest) -> Result<TaskId, 
     match message.task_id.as_deref().filter(|t| !t.is_empty()) {
         None => create(ctx, request, push).await,
         Some(raw) => {
-            let task_id = owned(ctx, raw).await?;
+            let task_id = actable(ctx, raw).await?;
             let push = push
                 .map(|p| super::push::config_of(task_id, p))
                 .transpose()?;
@@ -194,6 +206,8 @@ async fn create(
         idempotency_key: Some(&key),
         request_hash: &hash,
         profile: DEFAULT_PROFILE,
+        space_id: None,
+        visibility: maestro_domain::Visibility::Private,
         max_attempts: settings.job_max_attempts,
         context_id: Some(&context),
         message_id: Some(&message.message_id),
@@ -209,7 +223,7 @@ async fn create(
     maestro_runtime::metrics::task_created("a2a");
     ctx.state
         .bus
-        .after_commit(AfterCommit::new_job(task_id, job_id))
+        .after_commit(AfterCommit::new_job(DEFAULT_PROFILE, task_id, job_id))
         .await;
     Ok(task_id)
 }
@@ -591,7 +605,7 @@ fn parse_page_token(token: &str) -> Result<(DateTime<Utc>, TaskId), A2aError> {
 
 /// `CancelTask`: a task that is over cannot be cancelled.
 pub async fn cancel(ctx: Ctx<'_>, raw: &str) -> Result<Task, A2aError> {
-    let task_id = owned(ctx, raw).await?;
+    let task_id = actable(ctx, raw).await?;
     match usecases::cancel(ctx.state, ctx.owner, task_id).await {
         Ok(()) => {}
         Err(ApiError::Conflict { .. }) => {

@@ -117,7 +117,7 @@ pub async fn create(
             "taskId {body} is not the task of the path ({path})"
         )));
     }
-    let task_id = ops::owned(ctx, raw).await?;
+    let task_id = ops::actable(ctx, raw).await?;
     let config = config_of(task_id, request)?;
     Ok(view(put(ctx, config).await?))
 }
@@ -128,7 +128,7 @@ pub async fn get(
     ctx: Ctx<'_>,
     request: &PushConfigRequest,
 ) -> Result<TaskPushNotificationConfig, A2aError> {
-    let task_id = ops::owned(ctx, &request.task_id).await?;
+    let task_id = ops::readable(ctx, &request.task_id).await?;
     let found = maestro_db::a2a::push_configs(&ctx.state.pool, task_id, Some(&request.id))
         .await
         .map_err(db)?;
@@ -149,7 +149,7 @@ pub async fn list(
     ctx: Ctx<'_>,
     request: &ListPushConfigsRequest,
 ) -> Result<ListPushConfigsResponse, A2aError> {
-    let task_id = ops::owned(ctx, &request.task_id).await?;
+    let task_id = ops::readable(ctx, &request.task_id).await?;
     let configs = maestro_db::a2a::push_configs(&ctx.state.pool, task_id, None)
         .await
         .map_err(db)?;
@@ -162,7 +162,7 @@ pub async fn list(
 /// `DeleteTaskPushNotificationConfig`: deleting a config that is not there changes nothing
 /// and is not an error; deliveries not yet made go with it.
 pub async fn delete(ctx: Ctx<'_>, request: &PushConfigRequest) -> Result<(), A2aError> {
-    let task_id = ops::owned(ctx, &request.task_id).await?;
+    let task_id = ops::actable(ctx, &request.task_id).await?;
     maestro_db::a2a::delete_push_config(&ctx.state.pool, task_id, &request.id)
         .await
         .map_err(db)?;

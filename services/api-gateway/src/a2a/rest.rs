@@ -56,12 +56,15 @@ impl FromRequestParts<AppState> for Caller {
         let asked = version::asked(&parts.headers, parts.uri.query());
         version::check(asked.as_deref(), maestro_a2a::jsonrpc::Dialect::V1)
             .map_err(|e| refuse(&e))?;
-        let owner = crate::auth::owner(state, &parts.headers).map_err(|_| {
-            let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
-            let mut response = refuse(&error);
-            *response.status_mut() = StatusCode::UNAUTHORIZED;
-            response
-        })?;
+        let owner = crate::auth::owner(state, &parts.headers)
+            .await
+            .map_err(|_| {
+                let error =
+                    A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
+                let mut response = refuse(&error);
+                *response.status_mut() = StatusCode::UNAUTHORIZED;
+                response
+            })?;
         Ok(Caller(owner, card::base_url(state, &parts.headers)))
     }
 }

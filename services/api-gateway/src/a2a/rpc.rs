@@ -91,7 +91,7 @@ pub async fn call(
     if let Err(error) = version::check(asked.as_deref(), dialect) {
         return answer(jsonrpc::error(&id, &error, dialect));
     }
-    let Ok(owner) = crate::auth::owner(state, headers) else {
+    let Ok(owner) = crate::auth::owner(state, headers).await else {
         let error = A2aError::new(ErrorKind::InvalidRequest, "missing or invalid bearer token");
         let body = jsonrpc::error(&id, &error, dialect);
         return Answer::Json(StatusCode::UNAUTHORIZED, body);
@@ -228,7 +228,7 @@ pub async fn subscribe(
     cursor: Option<String>,
     envelope: Envelope,
 ) -> Result<crate::stream::SseStream, A2aError> {
-    let task_id = ops::owned(ctx, raw).await?;
+    let task_id = ops::readable(ctx, raw).await?;
     let cursor = cursor
         .as_deref()
         .map(str::trim)

@@ -16,7 +16,7 @@ use maestro_api::{
 use maestro_domain::{ActionId, WaitReason};
 use serde::Deserialize;
 
-use super::{owned_task, parse_id};
+use super::{actable_task, parse_id, readable_task};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -53,7 +53,7 @@ pub async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ActionList>, ApiError> {
     let query = super::query(query)?;
-    let task_id = owned_task(&state, &owner, &id).await?;
+    let task_id = readable_task(&state, &owner, &id).await?;
     let items = maestro_db::actions::list(&state.pool, task_id, query.all).await?;
     let base = super::base_url(&state, &headers);
     Ok(Json(ActionList {
@@ -148,7 +148,7 @@ async fn decide_kinds(
 ) -> Result<Json<DecideReply>, ApiError> {
     parse_id::<maestro_domain::TaskId>(id, "task")?;
     let action_id: ActionId = parse_id(rid, "required action")?;
-    let task_id = owned_task(&state, &owner, id).await?;
+    let task_id = actable_task(&state, &owner, id).await?;
     let reply =
         usecases::decide(&state, &owner, (task_id, action_id), &body, (kinds, None)).await?;
     Ok(Json(reply))

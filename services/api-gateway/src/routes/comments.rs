@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use maestro_api::ErrorBody;
 use maestro_api::{CommentList, NewComment, RoutedComment, Task};
 
-use super::owned_task;
+use super::{actable_task, readable_task};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -47,7 +47,7 @@ pub async fn create(
             "the comment is longer than an instruction may be",
         ));
     }
-    let task_id = owned_task(&state, &owner, &id).await?;
+    let task_id = actable_task(&state, &owner, &id).await?;
     let said = maestro_db::comments::Said::new(&owner, text);
     let routed = crate::routing::comment(&state, task_id, said).await?;
     Ok((StatusCode::CREATED, Json(routed)))
@@ -71,7 +71,7 @@ pub async fn list(
     Caller(owner): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<CommentList>, ApiError> {
-    let task_id = owned_task(&state, &owner, &id).await?;
+    let task_id = readable_task(&state, &owner, &id).await?;
     Ok(Json(CommentList {
         comments: maestro_db::comments::list(&state.pool, task_id).await?,
     }))
@@ -97,7 +97,7 @@ pub async fn cancel(
     Caller(owner): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Task>, ApiError> {
-    let task_id = owned_task(&state, &owner, &id).await?;
+    let task_id = actable_task(&state, &owner, &id).await?;
     crate::usecases::cancel(&state, &owner, task_id).await?;
     let task = maestro_db::tasks::get(&state.pool, &owner, task_id)
         .await?

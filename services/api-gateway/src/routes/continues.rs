@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use maestro_api::ErrorBody;
 use maestro_api::{ContinueTask, Task};
 
-use super::owned_task;
+use super::actable_task;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -44,7 +44,7 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(body): ApiJson<ContinueTask>,
 ) -> Result<Response, ApiError> {
-    let task_id = owned_task(&state, &owner, &id).await?;
+    let task_id = actable_task(&state, &owner, &id).await?;
     let key = validate::idempotency_key(&headers)?;
     let asked = usecases::Asked {
         key,

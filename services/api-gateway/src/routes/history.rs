@@ -7,7 +7,7 @@ use maestro_api::ErrorBody;
 use maestro_api::{EventPage, SubtaskList, Transcript};
 use serde::Deserialize;
 
-use super::{owned_task, parse_id};
+use super::{parse_id, readable_task};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -51,7 +51,7 @@ pub async fn events(
             "after is a seq (>= 0); limit is 1 to 1000",
         ));
     }
-    let id = owned_task(&state, &owner, &id).await?;
+    let id = readable_task(&state, &owner, &id).await?;
     let events = maestro_db::events::list(&state.pool, id, after, limit).await?;
     let next_after = events.last().map_or(after, |e| e.seq);
     Ok(Json(EventPage { events, next_after }))
@@ -76,7 +76,7 @@ pub async fn subtasks(
     Caller(owner): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<SubtaskList>, ApiError> {
-    let id = owned_task(&state, &owner, &id).await?;
+    let id = readable_task(&state, &owner, &id).await?;
     Ok(Json(SubtaskList {
         subtasks: maestro_db::subtasks::children(&state.pool, id).await?,
     }))
@@ -101,7 +101,7 @@ pub async fn transcript(
     Caller(owner): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Transcript>, ApiError> {
-    let task_id = owned_task(&state, &owner, &id).await?;
+    let task_id = readable_task(&state, &owner, &id).await?;
     let events = maestro_db::events::list(&state.pool, task_id, 0, i64::MAX).await?;
     let messages = maestro_domain::transcript::transcript(&events)
         .map_err(|e| ApiError::Unexpected(anyhow::anyhow!("a stored event is unreadable: {e}")))?;

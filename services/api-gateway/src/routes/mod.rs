@@ -10,11 +10,13 @@ pub mod history;
 pub mod inbox;
 pub mod mcp_logins;
 pub mod schedules;
+pub mod spaces;
 pub mod stream;
 pub mod tasks;
+pub mod tokens;
 pub mod webhooks;
 
-use maestro_domain::{Owner, TaskId};
+use maestro_domain::{Access, Owner, TaskId};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -46,13 +48,44 @@ pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &'static str) -> Result<T
     raw.parse().map_err(|_| ApiError::NotFound(what))
 }
 
-/// The task `raw` names, if the caller owns it (404 otherwise, malformed ids included).
-pub async fn owned_task(state: &AppState, owner: &Owner, raw: &str) -> Result<TaskId, ApiError> {
+/// The task `raw` names, if the caller may see it (404 otherwise, malformed ids included).
+pub async fn readable_task(
+    state: &AppState,
+    caller: &Owner,
+    raw: &str,
+) -> Result<TaskId, ApiError> {
+    task_with(state, caller, raw, Access::Read).await
+}
+
+/// The task `raw` names, if the caller may act on it: comment, decide, cancel, continue (404
+/// when they may not see it, 403 when they may only read it).
+pub async fn actable_task(state: &AppState, caller: &Owner, raw: &str) -> Result<TaskId, ApiError> {
+    task_with(state, caller, raw, Access::Act).await
+}
+
+async fn task_with(
+    state: &AppState,
+    caller: &Owner,
+    raw: &str,
+    need: Access,
+) -> Result<TaskId, ApiError> {
     let task_id: TaskId = parse_id(raw, "task")?;
-    if maestro_db::tasks::exists(&state.pool, owner, task_id).await? {
-        Ok(task_id)
-    } else {
-        Err(ApiError::NotFound("task"))
+    check_access(
+        maestro_db::tasks::access(&state.pool, caller, task_id).await?,
+        need,
+    )?;
+    Ok(task_id)
+}
+
+/// `Ok` when `has` covers `need`: 404 when the caller may not see the task, 403 when they may
+/// only read it.
+pub fn check_access(has: Option<Access>, need: Access) -> Result<(), ApiError> {
+    match has {
+        None => Err(ApiError::NotFound("task")),
+        Some(has) if has < need => Err(ApiError::Forbidden(
+            "you may read this task but not act on it (a viewer of its space)".to_owned(),
+        )),
+        Some(_) => Ok(()),
     }
 }
 

@@ -313,7 +313,11 @@ pub async fn run_now(
         });
     };
     tracing::info!(schedule_id = %schedule.id, task_id = %started.task_id, "schedule run by hand");
-    let after = AfterCommit::new_job(started.task_id, started.job_id);
+    let after = AfterCommit::new_job(
+        maestro_domain::job::DEFAULT_PROFILE,
+        started.task_id,
+        started.job_id,
+    );
     state.bus.after_commit(after).await;
     let now = Utc::now();
     Ok((

@@ -93,9 +93,10 @@ async fn open(
             .parse()
             .map_err(|e| ApiError::bad_request("invalid_cursor", format!("{e}")))?,
     };
-    if !maestro_db::tasks::exists(&state.pool, &owner, task_id).await? {
-        return Err(ApiError::NotFound("task"));
-    }
+    super::check_access(
+        maestro_db::tasks::access(&state.pool, &owner, task_id).await?,
+        maestro_domain::Access::Read,
+    )?;
     if let Some(job) = job
         && !maestro_db::jobs::belongs_to(&state.pool, job, task_id).await?
     {

@@ -8,10 +8,12 @@ use maestro_api::ErrorBody;
 use maestro_api::{CreateTask, Task, TaskPage};
 use maestro_db::tasks::NewTask;
 use maestro_domain::job::DEFAULT_PROFILE;
-use maestro_domain::{JobId, Owner, TaskId};
+use maestro_domain::space::SpaceRecord;
+use maestro_domain::{JobId, Owner, SpaceId, TaskId, Visibility};
 use maestro_messaging::AfterCommit;
+use maestro_messaging::payloads::JobDispatch;
 
-use super::{PageQuery, parse_id};
+use super::parse_id;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -24,24 +26,94 @@ struct Valid {
     piece: String,
     start_movement: Option<String>,
     model: Option<String>,
+    space: Option<SpaceId>,
+    visibility: Visibility,
+    profile: String,
 }
 
-fn validate(state: &AppState, body: CreateTask) -> Result<Valid, ApiError> {
+/// Validate `body`; the space it names (when it names one, checked as the caller's to add
+/// tasks to) gives the defaults it leaves out.
+fn validate(
+    state: &AppState,
+    body: CreateTask,
+    space: Option<&SpaceRecord>,
+) -> Result<Valid, ApiError> {
     let settings = &state.settings;
     let instruction = validate::instruction(settings, &body.instruction)?;
     let piece = body
         .piece
+        .or_else(|| space.and_then(|s| s.default_piece.clone()))
         .unwrap_or_else(|| settings.selection.piece().to_owned());
     validate::piece(settings, &piece, body.start_movement.as_deref())?;
-    if let Some(model) = &body.model {
+    let model = body
+        .model
+        .or_else(|| space.and_then(|s| s.default_model.clone()));
+    if let Some(model) = &model {
         validate::model(settings, model)?;
+    }
+    let visibility = match (body.visibility, space) {
+        (Some(Visibility::Space), None) => {
+            return Err(ApiError::invalid(
+                "invalid_visibility",
+                "visibility `space` needs a space_id",
+            ));
+        }
+        (Some(v), _) => v,
+        (None, Some(_)) => Visibility::Space,
+        (None, None) => Visibility::Private,
+    };
+    let profile = body
+        .profile
+        .or_else(|| settings.catalog.get(&piece).and_then(|p| p.profile.clone()))
+        .or_else(|| space.and_then(|s| s.profile.clone()))
+        .unwrap_or_else(|| DEFAULT_PROFILE.to_owned());
+    validate::profile(&profile)?;
+    if let Some(space) = space
+        && !space.profiles.is_empty()
+        && !space.profiles.contains(&profile)
+    {
+        return Err(ApiError::invalid(
+            "invalid_profile",
+            format!(
+                "profile {profile:?} is not one this space allows: {}",
+                space.profiles.join(", ")
+            ),
+        ));
     }
     Ok(Valid {
         instruction,
         piece,
         start_movement: body.start_movement,
-        model: body.model,
+        model,
+        space: space.map(|s| s.id),
+        visibility,
+        profile,
     })
+}
+
+/// The space a new task names, if the caller may add tasks to it: 404 when they are not a
+/// member, 403 for a viewer, 409 when it is archived.
+async fn space_for_task(
+    state: &AppState,
+    caller: &Owner,
+    id: Option<SpaceId>,
+) -> Result<Option<SpaceRecord>, ApiError> {
+    let Some(id) = id else { return Ok(None) };
+    let space = maestro_db::spaces::get(&state.pool, caller, id)
+        .await?
+        .ok_or(ApiError::NotFound("space"))?;
+    if !space.role.acts() {
+        return Err(ApiError::Forbidden(
+            "viewers of a space do not add tasks to it".to_owned(),
+        ));
+    }
+    if space.archived_at.is_some() {
+        return Err(ApiError::Conflict {
+            code: "space_archived",
+            message: "the space is archived: it takes no new task".to_owned(),
+        });
+    }
+    Ok(Some(space))
 }
 
 /// `POST /api/local/tasks`: create a task and queue its first job. With an
@@ -67,12 +139,17 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateTask>,
 ) -> Result<Response, ApiError> {
     let key = validate::idempotency_key(&headers)?;
-    let valid = validate(&state, body)?;
+    let space = space_for_task(&state, &owner, body.space_id).await?;
+    let valid = validate(&state, body, space.as_ref())?;
+    let space_id = valid.space.map(|s| s.to_string()).unwrap_or_default();
     let hash = validate::request_hash(&[
         &valid.instruction,
         &valid.piece,
         valid.start_movement.as_deref().unwrap_or(""),
         valid.model.as_deref().unwrap_or(""),
+        &space_id,
+        valid.visibility.as_str(),
+        &valid.profile,
     ]);
     let (task_id, job_id) = (TaskId::new(), JobId::new());
     let new = NewTask {
@@ -85,7 +162,9 @@ pub async fn create(
         model: valid.model.as_deref(),
         idempotency_key: key.as_deref(),
         request_hash: &hash,
-        profile: DEFAULT_PROFILE,
+        profile: &valid.profile,
+        space_id: valid.space,
+        visibility: valid.visibility,
         max_attempts: state.settings.job_max_attempts,
         context_id: None,
         message_id: None,
@@ -98,7 +177,9 @@ pub async fn create(
     maestro_runtime::metrics::task_created("rest");
     state
         .bus
-        .after_commit(AfterCommit::new_job(task_id, job_id))
+        .after_commit(
+            AfterCommit::events().dispatch(&valid.profile, JobDispatch::new_job(task_id, job_id)),
+        )
         .await;
     Ok((StatusCode::CREATED, Json(Task::new(task))).into_response())
 }
@@ -157,13 +238,31 @@ pub async fn get(
     Ok(Json(Task::new(task)))
 }
 
-/// `GET /api/local/tasks?limit=&before=`: the caller's tasks, newest first.
+/// `?limit=&before=&space=` of the task listing.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// How many (20 when absent).
+    #[serde(default)]
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<i64>,
+    /// The cursor: the `next_before` of the previous page.
+    #[serde(default)]
+    pub before: Option<String>,
+    /// Only this space's tasks (with its public ones, if you are not a member).
+    #[serde(default)]
+    pub space: Option<String>,
+}
+
+/// `GET /api/local/tasks?limit=&before=&space=`: the tasks the caller may see, newest first:
+/// their own and the non-private tasks of their spaces.
 #[utoipa::path(
     get,
     path = "/api/local/tasks",
     tag = "tasks",
-    summary = "Your tasks, newest first",
-    params(super::PageQuery),
+    summary = "Your tasks and your spaces' tasks, newest first",
+    params(ListQuery),
     responses(
         (status = 200, body = TaskPage),
         (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
@@ -173,12 +272,25 @@ pub async fn get(
 pub async fn list(
     State(state): State<AppState>,
     Caller(owner): Caller,
-    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<TaskPage>, ApiError> {
     let query = super::query(query)?;
     let limit = super::page_limit(query.limit)?;
     let before = super::before::<TaskId>(query.before.as_deref(), "a task id")?;
-    let tasks = maestro_db::tasks::list(&state.pool, &owner, before, limit).await?;
+    let space = query
+        .space
+        .as_deref()
+        .map(|s| {
+            s.parse::<SpaceId>()
+                .map_err(|_| ApiError::bad_request("invalid_query", "space is a space id"))
+        })
+        .transpose()?;
+    let filter = maestro_db::tasks::Filter {
+        ids: None,
+        before,
+        space,
+    };
+    let tasks = maestro_db::tasks::list(&state.pool, &owner, &filter, limit).await?;
     let next_before = if tasks.len() as i64 == limit {
         tasks.last().map(|t| t.id)
     } else {

@@ -114,7 +114,11 @@ impl EarlyContext {
     /// The context `claim` opens with: the early read's when it was of the claim's workspace.
     pub async fn take(early: Option<Self>, shared: &Shared, claim: &Claimed) -> WorkspaceContext {
         match early {
-            Some(mut early) if early.workspace == claim.workspace_id => {
+            // A space's own policy may not let the job read what the early read (under the
+            // worker's policy) did: such a job reads again under its own.
+            Some(mut early)
+                if early.workspace == claim.workspace_id && claim.space_policy.is_none() =>
+            {
                 (&mut early.read).await.unwrap_or_default()
             }
             _ => workspace_context(shared, claim.workspace_id, claim.job_id).await,

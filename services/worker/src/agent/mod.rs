@@ -55,6 +55,30 @@ pub async fn run(
     delivery: Delivery,
     early: Option<EarlyContext>,
 ) -> Result<JobEnd, JobError> {
+    // A job of a space with its own tool policy runs under it: the policy is the only source
+    // of its tool permissions (SPEC §3.5). Its MCP servers are listed per job, not from the
+    // worker's listings (another space may name a different server the same).
+    let own;
+    let shared = match &claim.space_policy {
+        None => shared,
+        Some(policy) => match space_policy(policy) {
+            Ok(policy) => {
+                own = Shared {
+                    policy: std::sync::Arc::new(policy),
+                    mcp_tools: std::sync::Arc::default(),
+                    ..shared.clone()
+                };
+                &own
+            }
+            Err(error) => {
+                let fence = Fence {
+                    job_id: claim.job_id,
+                    attempt: claim.attempt,
+                };
+                return ending::settle_failed(shared, fence, error).await;
+            }
+        },
+    };
     match run_job(shared, claim, delivery, early).await {
         // The database refused this job's data: the same write would be refused on every
         // attempt, so the job fails now, saying why, instead of retrying.
@@ -67,6 +91,16 @@ pub async fn run(
             ending::settle_failed(shared, fence, error).await
         }
         other => other,
+    }
+}
+
+/// A space's stored tool policy, checked as the worker checks its own at start.
+fn space_policy(stored: &serde_json::Value) -> Result<maestro_domain::policy::ToolPolicy, String> {
+    let policy: maestro_domain::policy::ToolPolicy = serde_json::from_value(stored.clone())
+        .map_err(|e| format!("the space's tool policy cannot be read: {e}"))?;
+    match policy.problem() {
+        Some(problem) => Err(format!("the space's tool policy is not usable: {problem}")),
+        None => Ok(policy),
     }
 }
 

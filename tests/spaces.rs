@@ -1,0 +1,672 @@
+//! Spaces and identity (docs/spaces.md), against the real stack.
+//!
+//! - Every task route and stream follows the task's visibility and the caller's role: 404 for
+//!   what a caller may not see, 403 for what they may read but not act on (REST, SSE, A2A).
+//! - Spaces: members and roles, owners-only changes, the last owner kept, `If-Match`,
+//!   archive; a space's defaults, profiles and tool policy reach its tasks' jobs.
+//! - Worker profiles and models route: a job goes to a worker that serves both, and one that
+//!   nobody serves stays queued, saying why, until a worker that does comes up.
+//! - API tokens made, listed and revoked by an admin, stored hashed, with an expiry.
+//! - Secrets at rest (MCP tokens, webhook secrets) sealed, and sealed again under a new key.
+
+use std::time::Duration;
+
+use maestro_api::{Space, TokenInfo};
+use maestro_domain::{EventKind, JobStatus, Visibility};
+use maestro_testkit::{Client, Service, Stack, StackOptions, TaskExt, of_kind};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn scenarios() -> Value {
+    json!({"scenarios": [
+        {"name": "writes", "match": "write a note",
+         "turns": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "note.txt", "content": "hello"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "wrote it"}}]}
+         ]},
+        {"name": "done", "turns": [
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+        ], "repeat_last": true}
+    ]})
+}
+
+async fn space(client: &Client, body: Value) -> Space {
+    client
+        .call(Method::POST, "/api/local/spaces", Some(&body))
+        .await
+        .unwrap_or_else(|e| panic!("the space is created: {e}"))
+}
+
+/// The status of a call (its body left aside).
+async fn status(client: &Client, method: Method, path: &str, body: Option<Value>) -> u16 {
+    client
+        .api(method.clone(), path, body.as_ref())
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+        .0
+}
+
+/// Every read route of a task, as `(method, path)`.
+fn reads(id: &str) -> Vec<String> {
+    [
+        "",
+        "/events",
+        "/transcript",
+        "/subtasks",
+        "/comments",
+        "/required-actions",
+    ]
+    .iter()
+    .map(|r| format!("/api/local/tasks/{id}{r}"))
+    .collect()
+}
+
+/// What `client` gets from every read route of task `id` (and its SSE stream, and A2A's
+/// `GetTask`): all `expected`.
+async fn reads_answer(stack: &Stack, client: &Client, token: &str, id: &str, expected: u16) {
+    for path in reads(id) {
+        assert_eq!(
+            status(client, Method::GET, &path, None).await,
+            expected,
+            "GET {path}"
+        );
+    }
+    let stream = stack
+        .http
+        .get(stack.url(&format!("/api/local/tasks/{id}/stream")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("the stream answers");
+    assert_eq!(stream.status().as_u16(), expected, "the SSE stream");
+    drop(stream);
+    let got = a2a(stack, token, "GetTask", json!({"id": id})).await;
+    assert_eq!(
+        got.get("error").is_none(),
+        expected == 200,
+        "A2A GetTask as expected ({expected}): {got}"
+    );
+}
+
+/// An A2A JSON-RPC call (protocol 1.0) as the owner of `token`: the JSON-RPC answer.
+async fn a2a(stack: &Stack, token: &str, method: &str, params: Value) -> Value {
+    stack
+        .http
+        .post(stack.url("/a2a/v1"))
+        .bearer_auth(token)
+        .header("a2a-version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .expect("A2A answers")
+        .json()
+        .await
+        .expect("JSON-RPC")
+}
+
+/// What `client` gets from every acting route of task `id`: all `expected` (the answers to
+/// acts that pass the access check differ by route, so only refusals are compared).
+async fn acts_refused(client: &Client, id: &str, expected: u16) {
+    let rid = uuid::Uuid::now_v7();
+    let acts = [
+        (
+            format!("/api/local/tasks/{id}/comments"),
+            json!({"body": "hi"}),
+        ),
+        (format!("/api/local/tasks/{id}/cancel"), json!({})),
+        (
+            format!("/api/local/tasks/{id}/continue"),
+            json!({"instruction": "more"}),
+        ),
+        (
+            format!("/api/local/tasks/{id}/required-actions/{rid}/decide"),
+            json!({"decision": "approve"}),
+        ),
+    ];
+    for (path, body) in acts {
+        assert_eq!(
+            status(client, Method::POST, &path, Some(body)).await,
+            expected,
+            "POST {path}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_route_follows_visibility_and_role() {
+    let stack = Stack::up(StackOptions::new(scenarios())).await;
+    let (alice, bob, carol) = (
+        stack.client_as("test-token-alice"),
+        stack.bob(),
+        stack.carol(),
+    );
+    // dave: a token an admin makes, in no space.
+    let dave: TokenInfo = alice
+        .call(
+            Method::POST,
+            "/api/local/admin/tokens",
+            Some(&json!({"owner": "dave", "name": "dave's laptop"})),
+        )
+        .await
+        .expect("alice is an admin");
+    let dave_token = dave.token.clone().expect("shown once");
+    let dave = stack.client_as(&dave_token);
+
+    let s = space(
+        &alice,
+        json!({"name": "Research", "members": [
+            {"member": "bob", "role": "editor"}, {"member": "carol", "role": "viewer"}
+        ]}),
+    )
+    .await;
+    assert_eq!(s.space.members.len(), 3, "{s:?}");
+    let shared = alice
+        .run(&json!({"instruction": "shared work", "space_id": s.id()}))
+        .await;
+    assert_eq!(
+        shared.task.visibility,
+        Visibility::Space,
+        "a space's default"
+    );
+    assert_eq!(shared.task.space_id, Some(s.id()));
+    let private = alice
+        .run(&json!({"instruction": "mine only", "space_id": s.id(), "visibility": "private"}))
+        .await;
+    let public = alice
+        .run(&json!({"instruction": "for all", "visibility": "public"}))
+        .await;
+    let (shared, private, public) = (
+        shared.id().to_string(),
+        private.id().to_string(),
+        public.id().to_string(),
+    );
+
+    // Reads: the space's members see its `space` task; nobody else sees the private one;
+    // everyone sees the public one.
+    reads_answer(&stack, &alice, "test-token-alice", &private, 200).await;
+    reads_answer(&stack, &bob, "test-token-bob", &shared, 200).await;
+    reads_answer(&stack, &carol, "test-token-carol", &shared, 200).await;
+    reads_answer(&stack, &dave, &dave_token, &shared, 404).await;
+    reads_answer(&stack, &bob, "test-token-bob", &private, 404).await;
+    reads_answer(&stack, &carol, "test-token-carol", &private, 404).await;
+    reads_answer(&stack, &dave, &dave_token, &public, 200).await;
+
+    // Acts: a viewer may read but not act (403); who may not see gets 404.
+    acts_refused(&carol, &shared, 403).await;
+    acts_refused(&dave, &public, 403).await;
+    acts_refused(&dave, &shared, 404).await;
+    acts_refused(&bob, &private, 404).await;
+    // An editor acts: a comment on the finished task starts a follow-up job, which runs.
+    bob.comment(&shared, "one more thing")
+        .await
+        .expect("an editor comments");
+    let after = bob.wait(&shared, &[JobStatus::Succeeded]).await;
+    assert_eq!(after.job().job_no, 2, "{after:?}");
+    // A2A: a viewer cannot send into the task; the editor can read it.
+    let message = json!({"message": {"messageId": "m-carol", "role": "ROLE_USER",
+                                      "taskId": shared, "parts": [{"text": "let me in"}]}});
+    let sent = a2a(&stack, "test-token-carol", "SendMessage", message).await;
+    assert!(sent.get("error").is_some(), "a viewer cannot send: {sent}");
+
+    // Listings: each sees their own and their spaces' non-private tasks.
+    let listed = |page: Value| -> Vec<String> {
+        page["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| t["id"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let (_, page) = carol
+        .api(Method::GET, "/api/local/tasks", None)
+        .await
+        .expect("list");
+    let carols = listed(page);
+    assert!(
+        carols.contains(&shared) && !carols.contains(&private),
+        "{carols:?}"
+    );
+    let (_, page) = dave
+        .api(
+            Method::GET,
+            &format!("/api/local/tasks?space={}", s.id()),
+            None,
+        )
+        .await
+        .expect("list");
+    assert!(listed(page).is_empty(), "dave sees nothing of the space");
+    let (_, page) = bob
+        .api(
+            Method::GET,
+            &format!("/api/local/tasks?space={}", s.id()),
+            None,
+        )
+        .await
+        .expect("list");
+    assert_eq!(listed(page), vec![shared.clone()]);
+
+    // Creating in the space: editors yes, viewers 403, others 404; the archived space 409.
+    let new = json!({"instruction": "in the space", "space_id": s.id()});
+    assert_eq!(bob.try_create(&new).await.map(|_| ()), Ok(()));
+    assert_eq!(
+        carol.try_create(&new).await.expect_err("viewer").pair(),
+        (403, "forbidden")
+    );
+    assert_eq!(
+        dave.try_create(&new).await.expect_err("outsider").pair(),
+        (404, "not_found")
+    );
+
+    // The space itself: members read it, only owners change it.
+    let path = format!("/api/local/spaces/{}", s.id());
+    assert_eq!(status(&carol, Method::GET, &path, None).await, 200);
+    assert_eq!(status(&dave, Method::GET, &path, None).await, 404);
+    let rename = json!({"name": "Research 2"});
+    assert_eq!(
+        status(&bob, Method::PATCH, &path, Some(rename.clone())).await,
+        403
+    );
+    let renamed: Space = alice
+        .call(Method::PATCH, &path, Some(&rename))
+        .await
+        .expect("the owner renames it");
+    assert_eq!(renamed.space.name, "Research 2");
+    assert!(renamed.space.version > s.space.version);
+    let stale = stack
+        .http
+        .patch(stack.url(&path))
+        .bearer_auth("test-token-alice")
+        .header("if-match", s.space.version.to_string())
+        .json(&json!({"description": "late"}))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(stale.status().as_u16(), 412, "a stale If-Match");
+    let last_owner = status(
+        &alice,
+        Method::PUT,
+        &format!("{path}/members/alice"),
+        Some(json!({"role": "editor"})),
+    )
+    .await;
+    assert_eq!(last_owner, 409, "the last owner stays");
+    // Bob leaves: the space's tasks are gone for him.
+    assert_eq!(
+        status(&bob, Method::DELETE, &format!("{path}/members/bob"), None).await,
+        204
+    );
+    assert_eq!(
+        status(
+            &bob,
+            Method::GET,
+            &format!("/api/local/tasks/{shared}"),
+            None
+        )
+        .await,
+        404
+    );
+    // Archived: no new task, the old ones stay readable.
+    assert_eq!(
+        status(&alice, Method::POST, &format!("{path}/archive"), None).await,
+        200
+    );
+    assert_eq!(
+        alice.try_create(&new).await.expect_err("archived").pair(),
+        (409, "space_archived")
+    );
+    assert_eq!(
+        status(
+            &carol,
+            Method::GET,
+            &format!("/api/local/tasks/{shared}"),
+            None
+        )
+        .await,
+        200
+    );
+
+    // Bad input: a clear 422 and nothing stored.
+    for (body, code) in [
+        (json!({"name": ""}), "invalid_name"),
+        (
+            json!({"name": "x", "policy": {"allowed_toolz": []}}),
+            "invalid_policy",
+        ),
+        (
+            json!({"name": "x", "profile": "no spaces"}),
+            "invalid_profile",
+        ),
+        (
+            json!({"name": "x", "profiles": ["a"], "profile": "b"}),
+            "invalid_profile",
+        ),
+        (
+            json!({"name": "x", "members": [{"member": "bad name", "role": "viewer"}]}),
+            "invalid_member",
+        ),
+        (
+            json!({"name": "x", "default_piece": "nope"}),
+            "unknown_piece",
+        ),
+    ] {
+        let refused = alice
+            .call::<Space>(Method::POST, "/api/local/spaces", Some(&body))
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.pair(), (422, code), "{body}");
+    }
+    let (_, spaces) = alice
+        .api(Method::GET, "/api/local/spaces?archived=true", None)
+        .await
+        .expect("list");
+    assert_eq!(
+        spaces["spaces"].as_array().map(Vec::len),
+        Some(1),
+        "{spaces}"
+    );
+    let refused = alice
+        .try_create(&json!({"instruction": "x", "visibility": "space"}))
+        .await
+        .expect_err("space visibility without a space");
+    assert_eq!(refused.pair(), (422, "invalid_visibility"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spaces_defaults_and_tool_policy_reach_its_jobs() {
+    let piece = "name: careful\ndescription: Careful work.\nmovements:\n  - name: only\n";
+    let stack = Stack::up(StackOptions::new(scenarios()).piece("careful", piece)).await;
+    let alice = stack.client_as("test-token-alice");
+    // The space's policy lets write_file run only with a person's approval.
+    let s = space(
+        &alice,
+        json!({"name": "Careful", "default_piece": "careful",
+               "policy": {"allowed_tools": ["*"], "gated_tools": ["write_file"]}}),
+    )
+    .await;
+    let gated = alice
+        .create(&json!({"instruction": "write a note", "space_id": s.id()}))
+        .await;
+    assert_eq!(gated.task.piece, "careful", "the space's default piece");
+    let waiting = alice
+        .wait(gated.id(), &[JobStatus::WaitingHuman, JobStatus::Succeeded])
+        .await;
+    assert_eq!(waiting.job().status, JobStatus::WaitingHuman, "{waiting:?}");
+    let items = alice.required_actions(gated.id()).await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].detail["tool"], "write_file", "{items:?}");
+    // Outside the space the deployment's policy lets it run.
+    let free = alice.run(&json!({"instruction": "write a note"})).await;
+    assert_eq!(free.job().status, JobStatus::Succeeded, "{free:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_go_to_the_workers_that_serve_their_profile_and_model() {
+    let mut stack = Stack::up(StackOptions::new(scenarios())).await;
+    stack
+        .start(
+            Service::Worker,
+            "gpu-worker",
+            &[
+                ("WORKER_PROFILES", "gpu"),
+                ("WORKER_MODELS", "big-model"),
+                ("LLM_MODEL", "big-model"),
+            ],
+        )
+        .await
+        .expect("a gpu worker starts");
+    let alice = stack.client_as("test-token-alice");
+    let ran_on = |events: Vec<maestro_domain::Event>| -> Vec<String> {
+        of_kind(&events, EventKind::JobState)
+            .filter_map(|e| e.payload["worker_id"].as_str().map(str::to_owned))
+            .collect()
+    };
+
+    // Profile gpu: the gpu worker runs it (its model, the one it serves).
+    let gpu = alice
+        .run(&json!({"instruction": "on the gpu", "profile": "gpu"}))
+        .await;
+    assert_eq!(gpu.task.profile, "gpu");
+    assert_eq!(ran_on(alice.events(gpu.id()).await), vec!["gpu-worker"]);
+    // A space whose tasks go to gpu by default.
+    let s = space(
+        &alice,
+        json!({"name": "GPU", "profile": "gpu", "profiles": ["gpu"]}),
+    )
+    .await;
+    let in_space = alice
+        .run(&json!({"instruction": "in the gpu space", "space_id": s.id()}))
+        .await;
+    assert_eq!(
+        ran_on(alice.events(in_space.id()).await),
+        vec!["gpu-worker"]
+    );
+    let refused = alice
+        .try_create(&json!({"instruction": "x", "space_id": s.id(), "profile": "default"}))
+        .await
+        .expect_err("a profile the space does not allow");
+    assert_eq!(refused.pair(), (422, "invalid_profile"));
+    // Default profile: the default worker.
+    let plain = alice.run(&json!({"instruction": "anywhere"})).await;
+    assert_eq!(ran_on(alice.events(plain.id()).await), vec!["worker"]);
+
+    // A model the gpu worker does not serve: never claimed, queued with the reason.
+    let other = alice
+        .create(&json!({"instruction": "other model", "profile": "gpu", "model": "other-model"}))
+        .await;
+    // A profile nobody serves: queued with the reason.
+    let nobody = alice
+        .create(&json!({"instruction": "nobody", "profile": "tpu"}))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let other = alice.task(other.id()).await;
+    assert_eq!(other.job().status, JobStatus::Queued, "{other:?}");
+    assert_eq!(
+        other.job().queued_reason.as_deref(),
+        Some("no worker of profile 'gpu' that is up serves model 'other-model'")
+    );
+    assert_eq!(other.job().attempt, 0, "never claimed");
+    let waiting = alice.task(nobody.id()).await;
+    assert_eq!(
+        waiting.job().queued_reason.as_deref(),
+        Some("no worker serving profile 'tpu' is up"),
+        "{waiting:?}"
+    );
+    // A worker for it comes up: the job runs.
+    stack
+        .start(
+            Service::Worker,
+            "tpu-worker",
+            &[("WORKER_PROFILES", "tpu,spare")],
+        )
+        .await
+        .expect("a tpu worker starts");
+    let done = alice.wait(nobody.id(), &[JobStatus::Succeeded]).await;
+    assert_eq!(done.job().queued_reason, None);
+    assert_eq!(ran_on(alice.events(nobody.id()).await), vec!["tpu-worker"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_tokens_are_made_listed_and_revoked_by_admins_and_stored_hashed() {
+    let stack = Stack::up(StackOptions::new(scenarios())).await;
+    let alice = stack.client_as("test-token-alice");
+    let bob = stack.bob();
+    let make = json!({"owner": "erin", "name": "CI"});
+    let refused = bob
+        .call::<TokenInfo>(Method::POST, "/api/local/admin/tokens", Some(&make))
+        .await
+        .expect_err("bob is no admin");
+    assert_eq!(refused.pair(), (403, "forbidden"));
+    let made: TokenInfo = alice
+        .call(Method::POST, "/api/local/admin/tokens", Some(&make))
+        .await
+        .expect("made");
+    let token = made.token.clone().expect("shown once");
+    assert!(token.starts_with("mst_") && token.len() == 47, "{token}");
+    let erin = stack.client_as(&token);
+    let task = erin.run(&json!({"instruction": "as erin"})).await;
+    assert_eq!(task.task.owner, "erin");
+    // Listed without the token; stored as its hash only.
+    let (_, list) = alice
+        .api(Method::GET, "/api/local/admin/tokens?owner=erin", None)
+        .await
+        .expect("list");
+    assert_eq!(list["tokens"].as_array().map(Vec::len), Some(1), "{list}");
+    assert!(!list.to_string().contains(&token), "{list}");
+    let pool = &stack.db.pool;
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT hash FROM api_tokens WHERE id = $1")
+        .bind(made.id.0)
+        .fetch_one(pool)
+        .await
+        .expect("the row");
+    assert_eq!(stored.len(), 32, "a SHA-256");
+    let everything: String =
+        sqlx::query_scalar("SELECT string_agg(t::text, ' ') FROM api_tokens t")
+            .fetch_one(pool)
+            .await
+            .expect("rows");
+    assert!(!everything.contains(&token[4..]), "the token is not stored");
+    // Revoked: refused at once.
+    let path = format!("/api/local/admin/tokens/{}", made.id);
+    assert_eq!(status(&bob, Method::DELETE, &path, None).await, 403);
+    assert_eq!(status(&alice, Method::DELETE, &path, None).await, 204);
+    assert_eq!(
+        status(&erin, Method::GET, "/api/local/tasks", None).await,
+        401
+    );
+    // One that expires: works until then.
+    let soon = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let short: TokenInfo = alice
+        .call(
+            Method::POST,
+            "/api/local/admin/tokens",
+            Some(&json!({"owner": "erin", "name": "short", "expires_at": soon})),
+        )
+        .await
+        .expect("made");
+    let short = stack.client_as(short.token.as_deref().expect("token"));
+    assert_eq!(
+        status(&short, Method::GET, "/api/local/tasks", None).await,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(1500 + 2500)).await;
+    assert_eq!(
+        status(&short, Method::GET, "/api/local/tasks", None).await,
+        401
+    );
+    // Bad input.
+    for (body, code) in [
+        (json!({"owner": "bad owner", "name": "x"}), "invalid_owner"),
+        (json!({"owner": "erin", "name": ""}), "invalid_name"),
+        (
+            json!({"owner": "erin", "name": "x", "expires_at": "2001-01-01T00:00:00Z"}),
+            "invalid_expiry",
+        ),
+    ] {
+        let refused = alice
+            .call::<TokenInfo>(Method::POST, "/api/local/admin/tokens", Some(&body))
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.pair(), (422, code), "{body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_sealed_at_rest_and_a_reseal_moves_them_to_a_new_key() {
+    let stack = Stack::up(StackOptions::new(scenarios())).await;
+    let alice = stack.client_as("test-token-alice");
+    let hook = alice
+        .create_webhook(&json!({"url": "http://127.0.0.1:9/hook"}))
+        .await;
+    let secret = hook.secret.clone().expect("shown once");
+    alice
+        .supply_token("github", "ghp_plain_token_value")
+        .await
+        .expect("stored");
+    let pool = &stack.db.pool;
+    let stored_secret: String =
+        sqlx::query_scalar("SELECT secret FROM webhook_subscriptions WHERE id = $1")
+            .bind(hook.id.0)
+            .fetch_one(pool)
+            .await
+            .expect("the row");
+    let stored_token: String =
+        sqlx::query_scalar("SELECT token FROM mcp_tokens WHERE owner = 'alice'")
+            .fetch_one(pool)
+            .await
+            .expect("the row");
+    for (stored, plain) in [
+        (&stored_secret, secret.as_str()),
+        (&stored_token, "ghp_plain_token_value"),
+    ] {
+        assert!(stored.starts_with("sealed:v1:test:"), "{stored}");
+        assert!(
+            !stored.contains(plain) && !stored.contains(&plain[6..]),
+            "{stored}"
+        );
+    }
+    // A sealed value moved to another row does not open there.
+    sqlx::query("INSERT INTO mcp_tokens (owner, server, token) VALUES ('bob', 'github', $1)")
+        .bind(&stored_token)
+        .execute(pool)
+        .await
+        .expect("copied");
+    let old = stack
+        .setting("SECRETS_KEYS")
+        .expect("the stack's key")
+        .to_owned();
+    let keys = format!("next:{},{old}", maestro_testkit::random_key());
+    maestro_db::sealed::install(Some(
+        maestro_db::sealed::Keyring::parse(&keys).expect("keys"),
+    ));
+    let bob = maestro_domain::Owner::parse("bob").expect("owner");
+    assert!(
+        maestro_db::mcp_tokens::of_owner(pool, bob.as_str(), &["github".to_owned()])
+            .await
+            .is_err(),
+        "a copied sealed value does not open"
+    );
+    sqlx::query("DELETE FROM mcp_tokens WHERE owner = 'bob'")
+        .execute(pool)
+        .await
+        .expect("deleted");
+
+    // Rotation: the new key first, then `maestro-migrate --reseal`.
+    let migrate = std::process::Command::new(maestro_testkit::binary("maestro-migrate"))
+        .arg("--reseal")
+        .env("DATABASE_URL", &stack.db.url)
+        .env("SECRETS_KEYS", &keys)
+        .output()
+        .expect("maestro-migrate runs");
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&migrate.stderr).contains("resealed 2 secrets"),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    let stored_secret: String =
+        sqlx::query_scalar("SELECT secret FROM webhook_subscriptions WHERE id = $1")
+            .bind(hook.id.0)
+            .fetch_one(pool)
+            .await
+            .expect("the row");
+    assert!(
+        stored_secret.starts_with("sealed:v1:next:"),
+        "{stored_secret}"
+    );
+    let alice_owner = maestro_domain::Owner::parse("alice").expect("owner");
+    let subs = maestro_db::webhooks::list(pool, &alice_owner)
+        .await
+        .expect("opens under the new key");
+    assert_eq!(subs[0].secret, secret);
+    let tokens = maestro_db::mcp_tokens::of_owner(pool, "alice", &["github".to_owned()])
+        .await
+        .expect("opens");
+    assert_eq!(
+        tokens,
+        vec![("github".to_owned(), "ghp_plain_token_value".to_owned())]
+    );
+}
