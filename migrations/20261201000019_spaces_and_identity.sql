@@ -81,3 +81,8 @@ CREATE TABLE api_tokens (
     revoked_at timestamptz
 );
 CREATE INDEX api_tokens_by_owner ON api_tokens (owner, id);
+
+-- A job of a space's task: the commit of the space's `main` its changes were merged in, or the
+-- branch they are kept on (failed, cancelled, or conflicting with `main`).
+ALTER TABLE jobs ADD COLUMN commit text,
+                 ADD COLUMN branch text;

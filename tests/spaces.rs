@@ -7,6 +7,8 @@
 //! - Worker profiles and models route: a job goes to a worker that serves both, and one that
 //!   nobody serves stays queued, saying why, until a worker that does comes up.
 //! - API tokens made, listed and revoked by an admin, stored hashed, with an expiry.
+//! - A space's persistent workspace: two tasks build on each other's files, each success
+//!   committed to `main` with its task and job, a failure kept on its branch.
 //! - Secrets at rest (MCP tokens, webhook secrets) sealed, and sealed again under a new key.
 
 use std::time::Duration;
@@ -19,6 +21,16 @@ use serde_json::{Value, json};
 
 fn scenarios() -> Value {
     json!({"scenarios": [
+        {"name": "reads", "match": "read the note",
+         "turns": [
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "read it"}}]}
+         ]},
+        {"name": "drafts", "match": "draft and give up",
+         "turns": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "draft.txt", "content": "half done"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"status": "decline", "result": "cannot finish"}}]}
+         ]},
         {"name": "writes", "match": "write a note",
          "turns": [
             {"tool_calls": [{"name": "write_file", "arguments": {"path": "note.txt", "content": "hello"}}]},
@@ -669,4 +681,130 @@ async fn secrets_are_sealed_at_rest_and_a_reseal_moves_them_to_a_new_key() {
         tokens,
         vec![("github".to_owned(), "ghp_plain_token_value".to_owned())]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_in_a_space_build_on_each_others_files_with_commits() {
+    let stack = Stack::up(StackOptions::new(scenarios())).await;
+    let alice = stack.client_as("test-token-alice");
+    let s = space(&alice, json!({"name": "Shared files"})).await;
+    let path = format!("/api/local/spaces/{}", s.id());
+
+    let writer = alice
+        .run(&json!({"instruction": "write a note", "space_id": s.id()}))
+        .await;
+    assert_eq!(writer.job().status, JobStatus::Succeeded, "{writer:?}");
+    let commit = writer
+        .job()
+        .commit
+        .clone()
+        .expect("the job names its commit");
+    // The second task reads what the first wrote, in a worktree of its own.
+    let reader = alice
+        .run(&json!({"instruction": "read the note", "space_id": s.id()}))
+        .await;
+    assert_eq!(reader.job().status, JobStatus::Succeeded, "{reader:?}");
+    let events = alice.events(reader.id()).await;
+    let read = of_kind(&events, EventKind::ToolResult)
+        .find(|e| e.payload["name"] == "read_file")
+        .expect("the read's result");
+    assert!(read.payload.to_string().contains("hello"), "{read:?}");
+    assert_ne!(
+        stack.workspace(writer.id()),
+        stack.workspace(reader.id()),
+        "a worktree each"
+    );
+
+    // A person sees main's files and commits.
+    let (status, files) = alice
+        .api(Method::GET, &format!("{path}/files"), None)
+        .await
+        .expect("files");
+    assert_eq!(status, 200, "{files}");
+    assert_eq!(
+        files["files"],
+        json!([{"path": "note.txt", "size": 5}]),
+        "{files}"
+    );
+    let content = stack
+        .http
+        .get(stack.url(&format!("{path}/files/note.txt")))
+        .bearer_auth("test-token-alice")
+        .send()
+        .await
+        .expect("the file");
+    assert_eq!(content.status().as_u16(), 200);
+    assert_eq!(content.text().await.expect("bytes"), "hello");
+    let (_, commits) = alice
+        .api(Method::GET, &format!("{path}/commits"), None)
+        .await
+        .expect("commits");
+    let commits = commits["commits"].as_array().expect("commits").clone();
+    assert_eq!(
+        commits.len(),
+        2,
+        "the first commit and the writer's: {commits:?}"
+    );
+    assert_eq!(commits[0]["id"], commit.as_str());
+    assert_eq!(commits[0]["task_id"], writer.id().to_string());
+    assert_eq!(commits[0]["job_id"], writer.job().id.to_string());
+    assert!(
+        commits[0]["subject"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("wrote it"),
+        "{commits:?}"
+    );
+
+    // A job that fails keeps its changes on its task's branch, not on main.
+    let drafter = alice
+        .run(&json!({"instruction": "draft and give up", "space_id": s.id()}))
+        .await;
+    assert_eq!(drafter.job().status, JobStatus::Failed, "{drafter:?}");
+    assert_eq!(
+        drafter.job().branch.as_deref(),
+        Some(format!("maestro/task/{}", drafter.id()).as_str())
+    );
+    let (_, files) = alice
+        .api(Method::GET, &format!("{path}/files"), None)
+        .await
+        .expect("files");
+    assert_eq!(
+        files["files"],
+        json!([{"path": "note.txt", "size": 5}]),
+        "{files}"
+    );
+    let repo = stack.workspaces.join("spaces").join(s.id().to_string());
+    let kept = std::process::Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "show",
+            &format!("maestro/task/{}:draft.txt", drafter.id()),
+        ])
+        .current_dir(&repo)
+        .output()
+        .expect("git runs");
+    assert_eq!(
+        String::from_utf8_lossy(&kept.stdout),
+        "half done",
+        "{kept:?}"
+    );
+
+    // Members only; a missing file is a 404.
+    let outsider = stack.bob();
+    assert_eq!(status_of(&outsider, &format!("{path}/files")).await, 404);
+    assert_eq!(status_of(&outsider, &format!("{path}/commits")).await, 404);
+    assert_eq!(
+        status_of(&alice, &format!("{path}/files/nope.txt")).await,
+        404
+    );
+    assert_eq!(
+        status_of(&alice, &format!("{path}/commits?limit=0")).await,
+        400
+    );
+}
+
+async fn status_of(client: &Client, path: &str) -> u16 {
+    status(client, Method::GET, path, None).await
 }

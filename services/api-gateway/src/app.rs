@@ -27,8 +27,8 @@ use crate::state::AppState;
                        is `{\"error\": {\"code\", \"message\"}}`. See docs/api.md.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
-    // The one route with a wildcard segment: axum spells it `{*path}`, OpenAPI `{path}`.
-    paths(routes::files::get),
+    // The routes with a wildcard segment: axum spells it `{*path}`, OpenAPI `{path}`.
+    paths(routes::files::get, routes::space_files::get),
     components(schemas(maestro_api::ErrorBody)),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -69,8 +69,8 @@ impl utoipa::Modify for BearerAuth {
 /// The REST routes and their OpenAPI document.
 pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use routes::{
-        actions, comments, continues, files, health, history, inbox, mcp_logins, schedules, spaces,
-        stream, tasks, tokens, webhooks,
+        actions, comments, continues, files, health, history, inbox, mcp_logins, schedules,
+        space_files, spaces, stream, tasks, tokens, webhooks,
     };
     use utoipa::OpenApi as _;
     use utoipa_axum::routes;
@@ -121,6 +121,12 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(spaces::put_member, spaces::delete_member))
         .routes(routes!(spaces::archive))
         .routes(routes!(spaces::unarchive))
+        .routes(routes!(space_files::list))
+        .route(
+            "/api/local/spaces/{id}/files/{*path}",
+            get(space_files::get),
+        )
+        .routes(routes!(space_files::commits))
         .routes(routes!(tokens::create, tokens::list))
         .routes(routes!(tokens::revoke))
         .split_for_parts()
@@ -253,7 +259,7 @@ mod tests {
             .values()
             .map(|item| item.as_object().map_or(0, |ops| ops.len()))
             .sum();
-        assert_eq!(operations, 54, "every REST operation: {:?}", paths.keys());
+        assert_eq!(operations, 57, "every REST operation: {:?}", paths.keys());
         assert!(paths.contains_key("/api/local/tasks/{id}/files/{path}"));
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],

@@ -4,6 +4,7 @@
 
 pub mod call;
 pub mod config;
+pub mod git;
 mod handle;
 pub mod mcp;
 pub mod sandbox;

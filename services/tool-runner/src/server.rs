@@ -47,6 +47,7 @@ struct Subscriptions {
     cancels: Subscriber,
     listings: Subscriber,
     file_reads: Subscriber,
+    git: Subscriber,
 }
 
 impl Subscriptions {
@@ -66,9 +67,13 @@ impl Subscriptions {
                 .await
                 .context("subscribe to MCP listings")?,
             file_reads: client
-                .queue_subscribe(subjects.files_read(), group)
+                .queue_subscribe(subjects.files_read(), group.clone())
                 .await
                 .context("subscribe to file reads")?,
+            git: client
+                .queue_subscribe(subjects.tools_git(), group)
+                .await
+                .context("subscribe to space workspace requests")?,
         })
     }
 }
@@ -131,6 +136,10 @@ impl Server {
                 }
                 Some(read) = subscriptions.file_reads.next() => {
                     in_flight.spawn(self.clone().serve_file(read));
+                    continue;
+                }
+                Some(request) = subscriptions.git.next() => {
+                    in_flight.spawn(self.clone().git(request));
                     continue;
                 }
                 _ = shutdown.cancelled() => break,
@@ -206,6 +215,29 @@ impl Server {
         if let Err(e) = self.client.publish_with_headers(to, headers, body).await {
             tracing::warn!(error = %e, "cannot send a file");
         }
+    }
+
+    /// `<prefix>.tools.git`: a space's persistent workspace.
+    async fn git(self, request: Message) {
+        let Some(to) = request.reply else { return };
+        let reply = match serde_json::from_slice(&request.payload) {
+            Ok(asked) => {
+                crate::git::handle(
+                    &self.settings.workspaces_dir,
+                    self.toolbox.sandbox.run_as,
+                    asked,
+                )
+                .await
+            }
+            Err(e) => maestro_domain::tools::GitReply {
+                error: Some(format!("malformed request: {e}")),
+                ..Default::default()
+            },
+        };
+        if let Some(error) = &reply.error {
+            tracing::warn!(%error, "a space workspace request failed");
+        }
+        self.reply(to, &reply).await;
     }
 
     async fn reply<T: serde::Serialize>(&self, to: async_nats::Subject, answer: &T) {

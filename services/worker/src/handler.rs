@@ -159,6 +159,17 @@ impl JobHandler {
         transition("running");
         let result = agent::run(&self.deps, &claimed, delivery, early).await;
         keeper.abort();
+        // A cancelled job of a space's task: what it changed is kept on the task's branch.
+        if agent::space_workspace::applies(&claimed)
+            && matches!(result, Ok(JobEnd::Fenced) | Err(JobError::Fenced(_)))
+            && matches!(
+                claims::state(&self.deps.pool, claimed.job_id).await,
+                Ok(Some(state)) if state.status == maestro_domain::JobStatus::Cancelled
+            )
+        {
+            let outcome = maestro_domain::tools::GitOutcome::Cancelled;
+            agent::space_workspace::keep(&self.deps, &claimed, outcome, "cancelled").await;
+        }
         let ended = match &result {
             Ok(JobEnd::Succeeded) => "succeeded",
             Ok(JobEnd::Failed(_)) => "failed",

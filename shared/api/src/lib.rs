@@ -20,7 +20,8 @@ pub use schedule::{
     CreateSchedule, Schedule, SchedulePage, ScheduleRun, ScheduleRunPage, TaskTemplate,
 };
 pub use space::{
-    CreateToken, Patch, SetMember, Space, SpaceList, SpaceSettings, TokenInfo, TokenList,
+    CreateToken, Patch, SetMember, Space, SpaceCommits, SpaceFiles, SpaceList, SpaceSettings,
+    TokenInfo, TokenList,
 };
 pub use task::{
     CommentList, ContinueTask, CreateTask, EventPage, Links, NewComment, RoutedComment, RoutedTo,

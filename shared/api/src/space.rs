@@ -153,3 +153,15 @@ pub struct TokenInfo {
 pub struct TokenList {
     pub tokens: Vec<TokenInfo>,
 }
+
+/// `GET /api/local/spaces/{id}/files`: the files of the space's `main`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SpaceFiles {
+    pub files: Vec<maestro_domain::tools::SpaceFile>,
+}
+
+/// `GET /api/local/spaces/{id}/commits`: `main`'s commits, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SpaceCommits {
+    pub commits: Vec<maestro_domain::tools::SpaceCommit>,
+}

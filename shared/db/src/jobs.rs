@@ -33,6 +33,9 @@ pub struct Transition {
     /// Give the job one more claim: the next claim is not a new attempt at the work (a
     /// worker handing the job back as it shuts down).
     pub refund_attempt: bool,
+    /// A space's task: the commit its changes were merged in, or the branch they stay on.
+    pub commit: Option<String>,
+    pub branch: Option<String>,
 }
 
 impl Transition {
@@ -44,6 +47,8 @@ impl Transition {
             error: None,
             next_retry_at: None,
             refund_attempt: false,
+            commit: None,
+            branch: None,
         }
     }
 }
@@ -95,6 +100,8 @@ pub async fn append_delivering(
                    wait_reason = CASE WHEN $5::text IS NULL THEN wait_reason ELSE $6 END,
                    result = COALESCE($7, result),
                    error = COALESCE($8, error),
+                   commit = COALESCE($12, commit),
+                   branch = COALESCE($13, branch),
                    next_retry_at = CASE WHEN $5::text IS NULL THEN next_retry_at ELSE $9 END,
                    lease_expires_at = CASE WHEN $5::text IS NULL THEN lease_expires_at END,
                    max_attempts = max_attempts + CASE WHEN $10 THEN 1 ELSE 0 END,
@@ -139,6 +146,8 @@ pub async fn append_delivering(
         transition.and_then(|t| t.next_retry_at),
         transition.is_some_and(|t| t.refund_attempt),
         delivered,
+        transition.and_then(|t| t.commit.as_deref()),
+        transition.and_then(|t| t.branch.as_deref()),
     )
     .fetch_optional(pool)
     .await?;

@@ -140,6 +140,8 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
             piece: None,
             model: None,
             queued_reason: None,
+            commit: None,
+            branch: None,
         }),
         parent_task_id: None,
         depth: 0,
@@ -290,6 +292,8 @@ struct Row {
     job_piece: Option<String>,
     job_model: Option<String>,
     queued_reason: Option<String>,
+    job_commit: Option<String>,
+    job_branch: Option<String>,
 }
 
 impl TryFrom<Row> for TaskRecord {
@@ -315,6 +319,8 @@ impl TryFrom<Row> for TaskRecord {
                     piece: r.job_piece,
                     model: r.job_model,
                     queued_reason: r.queued_reason,
+                    commit: r.job_commit,
+                    branch: r.job_branch,
                 })
             }
             _ => None,
@@ -361,7 +367,7 @@ async fn query_records(
                j.result AS "result?", j.error AS "error?", j.created_at AS "job_created_at?",
                j.started_at AS "started_at?", j.finished_at AS "finished_at?",
                j.continued_from_job_id AS "continued_from_job_id?", j.piece AS "job_piece?",
-               j.model AS "job_model?",
+               j.model AS "job_model?", j.commit AS "job_commit?", j.branch AS "job_branch?",
                CASE WHEN j.status = 'queued' THEN (
                    SELECT CASE
                        WHEN count(*) = 0 THEN format('no worker serving profile %L is up', j.profile)

@@ -177,6 +177,13 @@ pub struct JobStateChange {
     /// job is over, the task is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub followed_by: Option<JobId>,
+    /// A job of a space's task that succeeded: the commit of the space's `main` with its
+    /// changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Where its changes are kept when they are not merged (a failure, a cancel, a conflict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 impl JobStateChange {
@@ -199,6 +206,8 @@ impl JobStateChange {
             reason: None,
             required_actions: Vec::new(),
             followed_by: None,
+            commit: None,
+            branch: None,
         }
     }
 }

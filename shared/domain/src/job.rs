@@ -205,6 +205,13 @@ pub struct JobRecord {
     /// worker of its profile, or none of them serves its model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_reason: Option<String>,
+    /// A job of a space's task that succeeded: the commit of the space's `main` with its
+    /// changes (docs/spaces.md#persistent-workspaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Where its changes are kept when they were not merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 /// What a claim sees of a job it could not take.

@@ -587,3 +587,95 @@ mod tests {
         }
     }
 }
+
+/// What the tool-runner is asked about a space's persistent workspace (`<prefix>.tools.git`,
+/// request/reply; docs/spaces.md#persistent-workspaces).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum GitRequest {
+    /// A job of the task starts: its worktree, made or brought up to date with `main`.
+    Prepare {
+        space_id: crate::SpaceId,
+        workspace_id: TaskId,
+    },
+    /// The job is over: its changes committed on the task's branch, merged into `main` when
+    /// it succeeded.
+    Finish {
+        space_id: crate::SpaceId,
+        workspace_id: TaskId,
+        job_id: JobId,
+        job_no: i32,
+        outcome: GitOutcome,
+        /// The commit message's first line and body: the job's result or error.
+        summary: String,
+    },
+    /// The files on `main`.
+    Files { space_id: crate::SpaceId },
+    /// One file on `main` (base64 in the reply's `content`).
+    File {
+        space_id: crate::SpaceId,
+        path: String,
+        max_bytes: u64,
+    },
+    /// `main`'s commits, newest first.
+    Commits {
+        space_id: crate::SpaceId,
+        limit: u32,
+    },
+}
+
+/// How the job a [`GitRequest::Finish`] is for ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GitOutcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+/// The tool-runner's answer to a [`GitRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitReply {
+    /// Why it could not be done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `main`'s commit after a successful finish merged the job's changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The task's branch, where changes stay that are not merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Something a person should know (a merge that conflicted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<SpaceFile>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commits: Vec<SpaceCommit>,
+    /// A file's bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// No such file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub missing: bool,
+}
+
+/// A file of a space's `main`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SpaceFile {
+    pub path: String,
+    pub size: u64,
+}
+
+/// A commit of a space's `main`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SpaceCommit {
+    pub id: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub subject: String,
+    /// The task and job that made it (none for the space's first commit, or a merge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<JobId>,
+}

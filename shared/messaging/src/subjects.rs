@@ -176,6 +176,11 @@ impl Subjects {
         format!("{}.webhooks.deliver", self.prefix)
     }
 
+    /// `<p>.tools.git`: a space's persistent workspace (request/reply to the tool-runner).
+    pub fn tools_git(&self) -> String {
+        format!("{}.tools.git", self.prefix)
+    }
+
     /// `<p>.tools.files.read`: one file of a workspace, request/reply to the tool-runner.
     pub fn files_read(&self) -> String {
         format!("{}.tools.files.read", self.prefix)

@@ -10,6 +10,7 @@ pub mod history;
 pub mod inbox;
 pub mod mcp_logins;
 pub mod schedules;
+pub mod space_files;
 pub mod spaces;
 pub mod stream;
 pub mod tasks;

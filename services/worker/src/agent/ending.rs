@@ -74,14 +74,31 @@ impl JobRun<'_> {
         result: String,
         reason: Option<&str>,
     ) -> Result<Option<JobEnd>, JobError> {
+        // A space's task: its changes are committed (and merged into `main`) first, so the
+        // job's end names the commit. Doing it again after a crash commits nothing new.
+        let (mut commit, mut branch) = (None, None);
+        if super::space_workspace::applies(self.claim) {
+            let outcome = maestro_domain::tools::GitOutcome::Succeeded;
+            match super::space_workspace::finish(self.shared, self.claim, outcome, &result).await {
+                Ok(reply) => (commit, branch) = (reply.commit, reply.branch),
+                Err(error) => {
+                    let error = format!("the job's changes could not be committed: {error}");
+                    return self.fail(error).await.map(Some);
+                }
+            }
+        }
         let transition = Transition {
             result: Some(result.clone()),
+            commit: commit.clone(),
+            branch: branch.clone(),
             ..Transition::to(JobStatus::Succeeded)
         };
         self.journal
             .push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| {
                 c.result = Some(result);
                 c.reason = reason.map(str::to_owned);
+                c.commit = commit;
+                c.branch = branch;
             }));
         match self.journal.commit(Some(transition)).await {
             Ok(()) => {
@@ -110,14 +127,21 @@ impl JobRun<'_> {
         reason: Option<&str>,
     ) -> Result<JobEnd, JobError> {
         tracing::warn!(%error, "job failed");
+        // A space's task keeps what the job changed on its branch, not merged.
+        let outcome = maestro_domain::tools::GitOutcome::Failed;
+        super::space_workspace::keep(self.shared, self.claim, outcome, &error).await;
+        let branch = super::space_workspace::applies(self.claim)
+            .then(|| format!("maestro/task/{}", self.claim.workspace_id));
         let transition = Transition {
             error: Some(error.clone()),
+            branch: branch.clone(),
             ..Transition::to(JobStatus::Failed)
         };
         self.journal
             .push(state_event(JobStatus::Failed, self.fence.attempt, |c| {
                 c.error = Some(error.clone());
                 c.reason = reason.map(str::to_owned);
+                c.branch = branch;
             }));
         self.journal.commit(Some(transition)).await?;
         cancel_children(self.shared, self.fence.job_id).await;

@@ -36,6 +36,7 @@ mod llm;
 mod mcp_auth;
 pub mod router;
 mod run;
+pub mod space_workspace;
 mod subtasks;
 
 use maestro_db::claims::Claimed;
@@ -79,6 +80,16 @@ pub async fn run(
             }
         },
     };
+    if space_workspace::applies(claim)
+        && let Err(error) = space_workspace::prepare(shared, claim).await
+    {
+        let fence = Fence {
+            job_id: claim.job_id,
+            attempt: claim.attempt,
+        };
+        let error = format!("the space's workspace could not be prepared: {error}");
+        return ending::settle_failed(shared, fence, error).await;
+    }
     match run_job(shared, claim, delivery, early).await {
         // The database refused this job's data: the same write would be refused on every
         // attempt, so the job fails now, saying why, instead of retrying.
