@@ -86,3 +86,19 @@ CREATE INDEX api_tokens_by_owner ON api_tokens (owner, id);
 -- branch they are kept on (failed, cancelled, or conflicting with `main`).
 ALTER TABLE jobs ADD COLUMN commit text,
                  ADD COLUMN branch text;
+
+-- Files a person attached to a task when creating it: kept here (the system of record) and put
+-- into the task's workspace, under `attachments/`, before its first job's first LLM call
+-- (`placed_at`). Names are sanitized by the gateway and unique per task.
+CREATE TABLE task_attachments (
+    task_id      uuid NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    name         text NOT NULL,
+    content_type text NOT NULL,
+    size         bigint NOT NULL,
+    sha256       text NOT NULL,
+    data         bytea NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    placed_at    timestamptz,
+    PRIMARY KEY (task_id, name)
+);
+CREATE INDEX task_attachments_unplaced ON task_attachments (task_id) WHERE placed_at IS NULL;

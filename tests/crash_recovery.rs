@@ -169,6 +169,7 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
         context_id: None,
         message_id: None,
         push: None,
+        attachments: &[],
     };
     let created = maestro_db::tasks::create(&stack.db.pool, &new)
         .await

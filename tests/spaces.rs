@@ -9,6 +9,8 @@
 //! - API tokens made, listed and revoked by an admin, stored hashed, with an expiry.
 //! - A space's persistent workspace: two tasks build on each other's files, each success
 //!   committed to `main` with its task and job, a failure kept on its branch.
+//! - Files attached to a new task (multipart): checked, stored, placed in the workspace
+//!   before the first job, listed and downloadable; bad files refused, nothing created.
 //! - Secrets at rest (MCP tokens, webhook secrets) sealed, and sealed again under a new key.
 
 use std::time::Duration;
@@ -21,6 +23,11 @@ use serde_json::{Value, json};
 
 fn scenarios() -> Value {
     json!({"scenarios": [
+        {"name": "attached", "match": "read the attachment",
+         "turns": [
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "attachments/notes.md"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "read it"}}]}
+         ]},
         {"name": "reads", "match": "read the note",
          "turns": [
             {"tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
@@ -807,4 +814,186 @@ async fn two_tasks_in_a_space_build_on_each_others_files_with_commits() {
 
 async fn status_of(client: &Client, path: &str) -> u16 {
     status(client, Method::GET, path, None).await
+}
+
+/// One part of a multipart body: its name, file name, content type and bytes.
+type Part = (&'static str, Option<&'static str>, &'static str, Vec<u8>);
+
+/// A `multipart/form-data` body of `(part name, file name, content type, bytes)`: its
+/// `Content-Type` and bytes.
+fn multipart(parts: &[(&str, Option<&str>, &str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "maestro-test-boundary-7d1f";
+    let mut body = Vec::new();
+    for (name, file, content_type, bytes) in parts {
+        body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        let disposition = match file {
+            Some(file) => format!("form-data; name=\"{name}\"; filename=\"{file}\""),
+            None => format!("form-data; name=\"{name}\""),
+        };
+        body.extend_from_slice(format!("Content-Disposition: {disposition}\r\n").as_bytes());
+        body.extend_from_slice(format!("Content-Type: {content_type}\r\n\r\n").as_bytes());
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_attached_to_a_new_task_are_in_its_workspace_before_the_first_job() {
+    let stack = Stack::up(StackOptions::new(scenarios()).env("MAX_ATTACHMENT_BYTES", "1024")).await;
+    let alice = stack.client_as("test-token-alice");
+    let post = |parts: Vec<Part>| {
+        let borrowed: Vec<(&str, Option<&str>, &str, &[u8])> = parts
+            .iter()
+            .map(|(n, f, t, b)| (*n, *f, *t, b.as_slice()))
+            .collect();
+        let (content_type, body) = multipart(&borrowed);
+        let request = stack
+            .http
+            .post(stack.url("/api/local/tasks"))
+            .bearer_auth("test-token-alice")
+            .header("content-type", content_type)
+            .body(body);
+        async move {
+            let response = request.send().await.expect("answers");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("JSON"))
+        }
+    };
+    let png: Vec<u8> = vec![0x89, b'P', b'N', b'G', 0, 1, 2];
+    let task = br#"{"instruction": "read the attachment"}"#.to_vec();
+    let (status, created) = post(vec![
+        ("task", None, "application/json", task.clone()),
+        (
+            "file",
+            Some("notes.md"),
+            "text/markdown",
+            b"# Notes\nhi there".to_vec(),
+        ),
+        ("file", Some("../evil/x.png"), "image/png", png.clone()),
+    ])
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let names: Vec<&str> = created["attachments"]
+        .as_array()
+        .expect("attachments")
+        .iter()
+        .map(|a| a["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["notes.md", "x.png"],
+        "names sanitized: {created}"
+    );
+    let id = created["id"].as_str().expect("id").to_owned();
+    let done = alice
+        .wait(&id, &[JobStatus::Succeeded, JobStatus::Failed])
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.task.attachments.len(), 2);
+    assert_eq!(done.task.attachments[1].size, 7);
+    let events = alice.events(&id).await;
+    let read = of_kind(&events, EventKind::ToolResult)
+        .find(|e| e.payload["name"] == "read_file")
+        .expect("the read's result");
+    assert!(read.payload.to_string().contains("hi there"), "{read:?}");
+    assert_eq!(
+        std::fs::read(stack.workspace(&id).join("attachments/x.png")).expect("placed"),
+        png
+    );
+    let download = stack
+        .http
+        .get(stack.url(&format!("/api/local/tasks/{id}/attachments/x.png")))
+        .bearer_auth("test-token-alice")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(download.status().as_u16(), 200);
+    assert_eq!(
+        download.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default(),
+        "image/png"
+    );
+    assert_eq!(download.bytes().await.expect("bytes").to_vec(), png);
+    let path = format!("/api/local/tasks/{id}/attachments/x.png");
+    assert_eq!(status_of(&stack.bob(), &path).await, 404, "not bob's");
+
+    // Refused files: a clear error, and no task.
+    let refusals: Vec<(Vec<Part>, u16, &str)> = vec![
+        (
+            vec![
+                ("task", None, "application/json", task.clone()),
+                ("file", Some("clip.mp4"), "video/mp4", vec![0; 10]),
+            ],
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            vec![
+                ("task", None, "application/json", task.clone()),
+                (
+                    "file",
+                    Some("bad.txt"),
+                    "text/plain",
+                    vec![0xff, 0xfe, 0xfd],
+                ),
+            ],
+            422,
+            "attachment_not_text",
+        ),
+        (
+            vec![
+                ("task", None, "application/json", task.clone()),
+                (
+                    "file",
+                    Some("big.bin"),
+                    "application/octet-stream",
+                    vec![7; 2048],
+                ),
+            ],
+            422,
+            "attachment_too_large",
+        ),
+        (
+            vec![
+                ("task", None, "application/json", task.clone()),
+                ("file", Some("a.txt"), "text/plain", b"1".to_vec()),
+                ("file", Some("dir/a.txt"), "text/plain", b"2".to_vec()),
+            ],
+            422,
+            "duplicate_attachment",
+        ),
+        (
+            vec![("file", Some("a.txt"), "text/plain", b"1".to_vec())],
+            422,
+            "invalid_multipart",
+        ),
+        (
+            vec![
+                ("task", None, "application/json", task.clone()),
+                ("file", None, "text/plain", b"1".to_vec()),
+            ],
+            422,
+            "invalid_attachment_name",
+        ),
+    ];
+    for (parts, status, code) in refusals {
+        let (got, body) = post(parts).await;
+        assert_eq!(
+            (got, body["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
+    }
+    let (_, page) = alice
+        .api(Method::GET, "/api/local/tasks", None)
+        .await
+        .expect("list");
+    assert_eq!(
+        page["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "only the first was created"
+    );
 }

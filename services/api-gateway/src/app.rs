@@ -81,6 +81,7 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(tasks::get))
         .routes(routes!(history::events))
         .route("/api/local/tasks/{id}/files/{*path}", get(files::get))
+        .routes(routes!(files::attachment))
         .routes(routes!(history::subtasks))
         .routes(routes!(history::transcript))
         .routes(routes!(history::pieces))
@@ -259,7 +260,7 @@ mod tests {
             .values()
             .map(|item| item.as_object().map_or(0, |ops| ops.len()))
             .sum();
-        assert_eq!(operations, 57, "every REST operation: {:?}", paths.keys());
+        assert_eq!(operations, 58, "every REST operation: {:?}", paths.keys());
         assert!(paths.contains_key("/api/local/tasks/{id}/files/{path}"));
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],

@@ -26,6 +26,11 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// Largest task instruction accepted.
     pub max_instruction_bytes: usize,
+    /// Largest file attached to a new task (`MAX_ATTACHMENT_BYTES`; also bounded by what one
+    /// NATS message carries to the tool-runner).
+    pub max_attachment_bytes: usize,
+    /// Most files attached to one task (`MAX_ATTACHMENTS`).
+    pub max_attachments: usize,
     /// Models a task may ask for; empty means any.
     pub allowed_models: Vec<String>,
     /// Claims a job may take before it fails for good.
@@ -115,6 +120,8 @@ impl Settings {
             admins,
             token_cache: env.millis("TOKEN_CACHE_MS", Duration::from_secs(2))?,
             max_body_bytes: env.parse("MAX_BODY_BYTES", 1024 * 1024)?,
+            max_attachment_bytes: env.parse("MAX_ATTACHMENT_BYTES", 512 * 1024)?,
+            max_attachments: env.parse("MAX_ATTACHMENTS", 20)?,
             max_instruction_bytes: env.parse("MAX_INSTRUCTION_BYTES", 256 * 1024)?,
             allowed_models,
             job_max_attempts: env.parse("JOB_MAX_ATTEMPTS", 5)?,

@@ -4,6 +4,7 @@
 
 pub mod a2a;
 pub mod app;
+pub mod attachments;
 pub mod auth;
 pub mod config;
 pub mod error;

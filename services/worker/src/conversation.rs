@@ -272,6 +272,7 @@ mod tests {
             a2a: None,
             space_id: None,
             space_policy: None,
+            unplaced_attachments: false,
         }
     }
 

@@ -58,6 +58,8 @@ pub struct Claimed {
     /// The space the task belongs to, and that space's tool policy (`None`: the worker's).
     pub space_id: Option<maestro_domain::SpaceId>,
     pub space_policy: Option<serde_json::Value>,
+    /// Files attached to the task that are not in its workspace yet.
+    pub unplaced_attachments: bool,
 }
 
 /// Where an A2A task came from: what the agent is told in its dynamic context.
@@ -96,6 +98,7 @@ struct Row {
     context_id: Option<String>,
     space_id: Option<uuid::Uuid>,
     space_policy: Option<serde_json::Value>,
+    unplaced_attachments: bool,
 }
 
 impl From<Row> for Claimed {
@@ -130,6 +133,7 @@ impl From<Row> for Claimed {
             }),
             space_id: r.space_id.map(maestro_domain::SpaceId),
             space_policy: r.space_policy,
+            unplaced_attachments: r.unplaced_attachments,
         }
     }
 }
@@ -225,7 +229,10 @@ pub async fn claim_many_traced(
                  WHERE c.task_id = j.task_id AND c.kind = 'instruction' AND t.context_id IS NOT NULL
                  LIMIT 1) AS "message_id?",
                t.space_id AS "space_id?",
-               (SELECT s.policy FROM spaces s WHERE s.id = t.space_id) AS "space_policy?"
+               (SELECT s.policy FROM spaces s WHERE s.id = t.space_id) AS "space_policy?",
+               EXISTS (SELECT 1 FROM task_attachments a
+                        WHERE a.task_id = j.task_id AND a.placed_at IS NULL)
+                   AS "unplaced_attachments!"
           FROM j JOIN t ON t.id = j.task_id
         "#,
         &ids,

@@ -8,6 +8,7 @@
 pub mod a2a;
 pub mod actions;
 pub mod api_tokens;
+pub mod attachments;
 pub mod claims;
 pub mod comments;
 pub mod continues;

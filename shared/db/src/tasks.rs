@@ -37,6 +37,8 @@ pub struct NewTask<'a> {
     /// An A2A push notification config to store with it (its `task_id` is ignored), so the
     /// task's first events are pushed too.
     pub push: Option<&'a crate::a2a::PushConfig>,
+    /// Files attached to it.
+    pub attachments: &'a [crate::attachments::NewAttachment],
 }
 
 /// Record the piece the router chose for a task created for it (piece `auto`); a task
@@ -61,6 +63,14 @@ pub async fn resolve_piece(pool: &PgPool, id: TaskId, piece: &str) -> Result<Str
 /// the owner already used this idempotency key.
 pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecord>, DbError> {
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
+    let names: Vec<&str> = new.attachments.iter().map(|a| a.name.as_str()).collect();
+    let types: Vec<&str> = new
+        .attachments
+        .iter()
+        .map(|a| a.content_type.as_str())
+        .collect();
+    let shas: Vec<&str> = new.attachments.iter().map(|a| a.sha256.as_str()).collect();
+    let datas: Vec<&[u8]> = new.attachments.iter().map(|a| a.data.as_slice()).collect();
     let (push_token, push_credentials) = new.push.map(|p| p.sealed_for(new.id)).unwrap_or_default();
     let row = sqlx::query!(
         r#"
@@ -84,6 +94,11 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         ), push AS (
             INSERT INTO a2a_push_configs (task_id, id, url, token, auth_scheme, auth_credentials)
             SELECT task.id, $16, $17, $18, $19, $20 FROM task WHERE $17::text IS NOT NULL
+        ), attached AS (
+            INSERT INTO task_attachments (task_id, name, content_type, size, sha256, data)
+            SELECT task.id, a.name, a.content_type, octet_length(a.data), a.sha256, a.data
+              FROM task, unnest($23::text[], $24::text[], $25::text[], $26::bytea[])
+                         AS a (name, content_type, sha256, data)
         )
         SELECT created_at FROM task
         "#,
@@ -109,6 +124,10 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         push_credentials,
         new.space_id.map(|s| s.0),
         new.visibility.as_str(),
+        &names as &[&str],
+        &types as &[&str],
+        &shas as &[&str],
+        &datas as &[&[u8]],
     )
     .fetch_optional(pool)
     .await?;
@@ -148,6 +167,16 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         context_id: new.context_id.map(str::to_owned),
         schedule_id: None,
         scheduled_for: None,
+        attachments: new
+            .attachments
+            .iter()
+            .map(|a| maestro_domain::task::Attachment {
+                name: a.name.clone(),
+                content_type: a.content_type.clone(),
+                size: a.data.len() as i64,
+                sha256: a.sha256.clone(),
+            })
+            .collect(),
     }))
 }
 
@@ -294,6 +323,7 @@ struct Row {
     queued_reason: Option<String>,
     job_commit: Option<String>,
     job_branch: Option<String>,
+    attachments: serde_json::Value,
 }
 
 impl TryFrom<Row> for TaskRecord {
@@ -342,6 +372,8 @@ impl TryFrom<Row> for TaskRecord {
             context_id: r.context_id,
             schedule_id: r.schedule_id.map(maestro_domain::ScheduleId),
             scheduled_for: r.scheduled_for,
+            attachments: serde_json::from_value(r.attachments)
+                .map_err(|e| DbError::corrupt(format!("task {}: attachments: {e}", r.id)))?,
         })
     }
 }
@@ -368,6 +400,10 @@ async fn query_records(
                j.started_at AS "started_at?", j.finished_at AS "finished_at?",
                j.continued_from_job_id AS "continued_from_job_id?", j.piece AS "job_piece?",
                j.model AS "job_model?", j.commit AS "job_commit?", j.branch AS "job_branch?",
+               (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                           'name', a.name, 'content_type', a.content_type, 'size', a.size,
+                           'sha256', a.sha256) ORDER BY a.name), '[]')
+                  FROM task_attachments a WHERE a.task_id = t.id) AS "attachments!",
                CASE WHEN j.status = 'queued' THEN (
                    SELECT CASE
                        WHEN count(*) = 0 THEN format('no worker serving profile %L is up', j.profile)

@@ -40,6 +40,9 @@ pub struct TaskRecord {
     pub schedule_id: Option<crate::ScheduleId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_for: Option<DateTime<Utc>>,
+    /// Files attached when it was created (`GET …/attachments/{name}` serves each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 impl TaskRecord {
@@ -47,6 +50,16 @@ impl TaskRecord {
     pub fn status(&self) -> Option<JobStatus> {
         self.latest_job.as_ref().map(|j| j.status)
     }
+}
+
+/// A file a person attached to a task, placed in its workspace at `attachments/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Attachment {
+    pub name: String,
+    pub content_type: String,
+    pub size: i64,
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
 }
 
 /// A subtask as its parent shows it, with its latest job's state.

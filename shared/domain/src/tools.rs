@@ -219,6 +219,10 @@ pub const REQUEST_PACKAGE: &str = "request_package";
 /// to the model): `AGENTS.md`, the memory and skills indexes, the lessons.
 pub const WORKSPACE_CONTEXT: &str = "workspace_context";
 
+/// Put a file a person attached to the task into its workspace (the worker's, before the
+/// job's first LLM call; never offered to the model): `{path, content_base64}`.
+pub const PLACE_ATTACHMENT: &str = "place_attachment";
+
 /// What a new job's prompt shows of its workspace, read in one tool-runner call.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspaceContext {

@@ -83,6 +83,7 @@ impl TestDb {
             context_id: None,
             message_id: None,
             push: None,
+            attachments: &[],
         };
         maestro_db::tasks::create(&self.pool, &new)
             .await?

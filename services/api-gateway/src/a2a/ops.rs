@@ -212,6 +212,7 @@ async fn create(
         context_id: Some(&context),
         message_id: Some(&message.message_id),
         push: push.as_ref(),
+        attachments: &[],
     };
     let created = maestro_db::tasks::create(&ctx.state.pool, &new)
         .await

@@ -107,3 +107,49 @@ pub async fn get(
     ];
     Ok((StatusCode::OK, headers, Body::from(reply.payload)).into_response())
 }
+
+/// `GET /api/local/tasks/{id}/attachments/{name}`: a file attached when the task was created,
+/// as it was sent (from Postgres, the system of record).
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/attachments/{name}",
+    tag = "tasks",
+    summary = "A file attached to the task when it was created",
+    params(("id" = String, Path, description = "The task id"), ("name" = String, Path, description = "The attachment's name")),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
+pub async fn attachment(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let task_id = super::readable_task(&state, &caller, &id).await?;
+    let (meta, bytes) = maestro_db::attachments::get(&state.pool, task_id, &name)
+        .await?
+        .ok_or(ApiError::NotFound("attachment"))?;
+    let headers = [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(&meta.content_type)
+                .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+        ),
+        (
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_str(&format!("attachment; filename=\"{}\"", meta.name))
+                .unwrap_or(HeaderValue::from_static("attachment")),
+        ),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("sandbox"),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ];
+    Ok((StatusCode::OK, headers, Body::from(bytes)).into_response())
+}

@@ -14,11 +14,22 @@ use maestro_messaging::AfterCommit;
 use maestro_messaging::payloads::JobDispatch;
 
 use super::parse_id;
+use crate::attachments::CreateBody;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::json::ApiJson;
 use crate::state::AppState;
 use crate::validate;
+
+/// `POST /api/local/tasks` as `multipart/form-data` (for the OpenAPI document).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct CreateTaskForm {
+    /// The JSON body of a JSON create (`CreateTask`).
+    task: CreateTask,
+    /// Files placed in the task's workspace under `attachments/`, each with a file name.
+    #[schema(value_type = Vec<String>, format = Binary)]
+    file: Vec<Vec<u8>>,
+}
 
 /// A validated [`CreateTask`].
 struct Valid {
@@ -124,7 +135,10 @@ async fn space_for_task(
     tag = "tasks",
     summary = "Create a task (and its first job)",
     params(("Idempotency-Key" = Option<String>, Header, description = "Retries with the same key answer the same task")),
-    request_body = CreateTask,
+    request_body(content(
+        (CreateTask = "application/json"),
+        (CreateTaskForm = "multipart/form-data")
+    )),
     responses(
         (status = 201, description = "The task was created", body = Task),
         (status = 200, description = "The same request with the same Idempotency-Key was already answered", body = Task),
@@ -136,13 +150,22 @@ pub async fn create(
     State(state): State<AppState>,
     Caller(owner): Caller,
     headers: HeaderMap,
-    ApiJson(body): ApiJson<CreateTask>,
+    CreateBody {
+        task: body,
+        attachments,
+    }: CreateBody,
 ) -> Result<Response, ApiError> {
     let key = validate::idempotency_key(&headers)?;
     let space = space_for_task(&state, &owner, body.space_id).await?;
     let valid = validate(&state, body, space.as_ref())?;
     let space_id = valid.space.map(|s| s.to_string()).unwrap_or_default();
+    let attached: Vec<String> = attachments
+        .iter()
+        .map(|a| format!("{}:{}", a.name, a.sha256))
+        .collect();
+    let attached = attached.join(",");
     let hash = validate::request_hash(&[
+        &attached,
         &valid.instruction,
         &valid.piece,
         valid.start_movement.as_deref().unwrap_or(""),
@@ -169,6 +192,7 @@ pub async fn create(
         context_id: None,
         message_id: None,
         push: None,
+        attachments: &attachments,
     };
     let Some(task) = maestro_db::tasks::create(&state.pool, &new).await? else {
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;

@@ -30,6 +30,9 @@ pub fn execute(
         "list_files" => list_files(workspace, parse(arguments)?),
         "glob" => glob(workspace, parse(arguments)?),
         maestro_domain::tools::WORKSPACE_CONTEXT => workspace_context(workspace, limits),
+        maestro_domain::tools::PLACE_ATTACHMENT => {
+            place_attachment(workspace, parse(arguments)?, owner)
+        }
         other => Err(format!("unknown tool {other:?}")),
     }
 }
@@ -45,6 +48,13 @@ struct PathArgs {
 struct WriteArgs {
     path: String,
     content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachmentArgs {
+    path: String,
+    content_base64: String,
 }
 
 #[derive(Deserialize)]
@@ -157,7 +167,7 @@ pub(crate) fn read_regular(path: &Path, cap: usize) -> std::io::Result<(Vec<u8>,
 fn replace_file(
     ws: &Workspace,
     relative: &str,
-    content: &str,
+    content: &[u8],
     owner: Option<(u32, u32)>,
 ) -> Result<(), String> {
     let path = ws.resolve(relative).map_err(|e| e.to_string())?;
@@ -169,7 +179,7 @@ fn replace_file(
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = path.with_file_name(format!(".{name}.maestro-tmp"));
-    std::fs::write(&tmp, content.as_bytes()).map_err(|e| io_error(relative, e))?;
+    std::fs::write(&tmp, content).map_err(|e| io_error(relative, e))?;
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::chown(&tmp, Some(uid), Some(gid)).map_err(|e| io_error(relative, e))?;
     }
@@ -196,12 +206,27 @@ fn write_file(
     args: WriteArgs,
     owner: Option<(u32, u32)>,
 ) -> Result<String, String> {
-    replace_file(ws, &args.path, &args.content, owner)?;
+    replace_file(ws, &args.path, args.content.as_bytes(), owner)?;
     Ok(format!(
         "wrote {} bytes to {}",
         args.content.len(),
         args.path
     ))
+}
+
+/// A file a person attached to the task, put in place before its first job (not a tool the
+/// model is offered: the worker calls it). Placing it again writes the same bytes.
+fn place_attachment(
+    ws: &Workspace,
+    args: AttachmentArgs,
+    owner: Option<(u32, u32)>,
+) -> Result<String, String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(&args.content_base64)
+        .map_err(|_| "the attachment is not base64".to_owned())?;
+    replace_file(ws, &args.path, &bytes, owner)?;
+    Ok(format!("placed {} bytes at {}", bytes.len(), args.path))
 }
 
 /// Exact replacement of a unique occurrence. Repeating an edit that was already applied
@@ -222,7 +247,7 @@ fn edit_file(ws: &Workspace, args: EditArgs, owner: Option<(u32, u32)>) -> Resul
     match text.matches(args.old.as_str()).count() {
         1 => {
             let edited = text.replacen(args.old.as_str(), &args.new, 1);
-            replace_file(ws, &args.path, &edited, owner)?;
+            replace_file(ws, &args.path, edited.as_bytes(), owner)?;
             Ok(format!("edited {}: replaced 1 occurrence", args.path))
         }
         0 if !args.new.is_empty() && text.matches(args.new.as_str()).count() == 1 => Ok(format!(

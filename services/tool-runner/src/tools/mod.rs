@@ -50,7 +50,8 @@ impl Toolbox {
             | "list_files"
             | "glob"
             | "grep"
-            | maestro_domain::tools::WORKSPACE_CONTEXT => self.confined(call).await?,
+            | maestro_domain::tools::WORKSPACE_CONTEXT
+            | maestro_domain::tools::PLACE_ATTACHMENT => self.confined(call).await?,
             "shell" => shell::run(&self.sandbox, &call, cancel).await?,
             "http_fetch" => http::fetch(&call).await?,
             maestro_domain::tools::INSTALL_PACKAGE => {

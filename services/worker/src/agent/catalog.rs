@@ -114,10 +114,10 @@ impl EarlyContext {
     /// The context `claim` opens with: the early read's when it was of the claim's workspace.
     pub async fn take(early: Option<Self>, shared: &Shared, claim: &Claimed) -> WorkspaceContext {
         match early {
-            // A space's own policy may not let the job read what the early read (under the
-            // worker's policy) did: such a job reads again under its own.
+            // A space's task reads again once its worktree is ready (and under the space's
+            // own policy, which may not let the job read what the early read did).
             Some(mut early)
-                if early.workspace == claim.workspace_id && claim.space_policy.is_none() =>
+                if early.workspace == claim.workspace_id && claim.space_id.is_none() =>
             {
                 (&mut early.read).await.unwrap_or_default()
             }

@@ -20,6 +20,7 @@
 
 mod approvals;
 mod arguments;
+mod attachments;
 mod cache;
 mod calls;
 mod catalog;
@@ -88,6 +89,16 @@ pub async fn run(
             attempt: claim.attempt,
         };
         let error = format!("the space's workspace could not be prepared: {error}");
+        return ending::settle_failed(shared, fence, error).await;
+    }
+    if claim.unplaced_attachments
+        && let Err(error) = attachments::place(shared, claim).await
+    {
+        let fence = Fence {
+            job_id: claim.job_id,
+            attempt: claim.attempt,
+        };
+        let error = format!("the task's attachments could not be placed: {error}");
         return ending::settle_failed(shared, fence, error).await;
     }
     match run_job(shared, claim, delivery, early).await {
