@@ -11,6 +11,7 @@
 //!   committed to `main` with its task and job, a failure kept on its branch.
 //! - Files attached to a new task (multipart): checked, stored, placed in the workspace
 //!   before the first job, listed and downloadable; bad files refused, nothing created.
+//! - OIDC/JWT bearer tokens checked against the identity provider's keys (JWKS).
 //! - Secrets at rest (MCP tokens, webhook secrets) sealed, and sealed again under a new key.
 
 use std::time::Duration;
@@ -995,5 +996,122 @@ async fn files_attached_to_a_new_task_are_in_its_workspace_before_the_first_job(
         page["tasks"].as_array().map(Vec::len),
         Some(1),
         "only the first was created"
+    );
+}
+
+/// Two Ed25519 keys (made with `openssl genpkey -algorithm ed25519`, for these tests only):
+/// the identity provider's, whose public half the JWKS publishes, and another.
+const IDP_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEINPrWjLgvYXVOfOwmK39tb67F+PZDKIRGwmJZ6fv+lDl
+-----END PRIVATE KEY-----
+";
+const IDP_PUBLIC_X: &str = "65TKioIvfNqODK34nl1-HL2ggPzM7dR9d3XfKs6IfNA";
+const OTHER_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIOUyq3gErm08VQr6edOJDOBy+1O0xjYOUnX+efdybNSG
+-----END PRIVATE KEY-----
+";
+
+fn jwt(key: &str, kid: &str, claims: Value) -> String {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some(kid.to_owned());
+    let key = jsonwebtoken::EncodingKey::from_ed_pem(key.as_bytes()).expect("a key");
+    jsonwebtoken::encode(&header, &claims, &key).expect("signed")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_tokens_are_checked_against_the_identity_providers_keys() {
+    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": IDP_PUBLIC_X,
+                               "kid": "k1", "alg": "EdDSA", "use": "sig"}]});
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            let jwks = jwks.clone();
+            async move { axum::Json(jwks) }
+        }),
+    );
+    let idp = maestro_testkit::serve(app).await;
+    let stack = Stack::up(
+        StackOptions::new(scenarios())
+            .env("OIDC_JWKS_URL", &format!("{idp}/jwks.json"))
+            .env("OIDC_ISSUER", "https://idp.test")
+            .env("OIDC_AUDIENCE", "maestro"),
+    )
+    .await;
+    let now = chrono::Utc::now().timestamp();
+    let claims = |iss: &str, aud: &str, exp: i64| json!({"sub": "oidc-user", "iss": iss, "aud": aud, "exp": exp, "iat": now});
+    let good = jwt(
+        IDP_KEY,
+        "k1",
+        claims("https://idp.test", "maestro", now + 300),
+    );
+    let user = stack.client_as(&good);
+    let task = user.run(&json!({"instruction": "as an OIDC user"})).await;
+    assert_eq!(task.task.owner, "oidc-user");
+    assert_eq!(status_of(&user, "/api/local/tasks").await, 200);
+    let refused = [
+        (
+            "another audience",
+            jwt(
+                IDP_KEY,
+                "k1",
+                claims("https://idp.test", "other", now + 300),
+            ),
+        ),
+        (
+            "another issuer",
+            jwt(
+                IDP_KEY,
+                "k1",
+                claims("https://evil.test", "maestro", now + 300),
+            ),
+        ),
+        (
+            "expired",
+            jwt(
+                IDP_KEY,
+                "k1",
+                claims("https://idp.test", "maestro", now - 120),
+            ),
+        ),
+        (
+            "another key, same kid",
+            jwt(
+                OTHER_KEY,
+                "k1",
+                claims("https://idp.test", "maestro", now + 300),
+            ),
+        ),
+        (
+            "an unknown kid",
+            jwt(
+                IDP_KEY,
+                "k9",
+                claims("https://idp.test", "maestro", now + 300),
+            ),
+        ),
+        ("a shared-secret token", {
+            let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+            header.kid = Some("k1".to_owned());
+            let key = jsonwebtoken::EncodingKey::from_secret(IDP_PUBLIC_X.as_bytes());
+            jsonwebtoken::encode(
+                &header,
+                &claims("https://idp.test", "maestro", now + 300),
+                &key,
+            )
+            .expect("signed")
+        }),
+    ];
+    for (what, token) in refused {
+        assert_eq!(
+            status_of(&stack.client_as(&token), "/api/local/tasks").await,
+            401,
+            "{what}"
+        );
+    }
+    // An OIDC caller is never an admin.
+    assert_eq!(
+        status_of(&user, "/api/local/admin/tokens").await,
+        403,
+        "no admin rights from a JWT"
     );
 }

@@ -2,7 +2,8 @@
 //! token names its owner. Tokens are known by their SHA-256 only: those of `API_TOKENS` (in
 //! memory) and those made through `/api/local/admin/tokens` (in Postgres, each lookup
 //! remembered for `TOKEN_CACHE_MS`, so a revoked or expired token stops working within that
-//! long). Handlers receive the owner as a [`Caller`], or an [`Admin`] on the token routes.
+//! long), and, with `OIDC_JWKS_URL`, JWTs of an identity provider (`crate::oidc`; never admin
+//! tokens). Handlers receive the owner as a [`Caller`], or an [`Admin`] on the token routes.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -86,11 +87,23 @@ pub async fn identify(state: &AppState, headers: &HeaderMap) -> Result<Identity,
             owner: owner.clone(),
             admin: state.settings.admins.contains(owner),
         },
-        None => state
-            .token_cache
-            .lookup(&state.pool, hash, state.settings.token_cache)
-            .await?
-            .ok_or(ApiError::Unauthorized)?,
+        None => match &state.oidc {
+            Some(oidc) if crate::oidc::Oidc::is_jwt(token) => {
+                let owner = oidc.owner(token).await.map_err(|reason| {
+                    tracing::info!(%reason, "a JWT bearer token was refused");
+                    ApiError::Unauthorized
+                })?;
+                Identity {
+                    owner,
+                    admin: false,
+                }
+            }
+            _ => state
+                .token_cache
+                .lookup(&state.pool, hash, state.settings.token_cache)
+                .await?
+                .ok_or(ApiError::Unauthorized)?,
+        },
     };
     tracing::Span::current().record("owner", who.owner.as_str());
     Ok(who)

@@ -19,6 +19,8 @@ pub struct Settings {
     pub tokens: HashMap<[u8; 32], Owner>,
     /// Owners whose `API_TOKENS` tokens may manage tokens (`ADMIN_OWNERS`).
     pub admins: Vec<Owner>,
+    /// OIDC/JWT bearer tokens, checked against an identity provider's keys (`OIDC_*`).
+    pub oidc: Option<crate::oidc::OidcSettings>,
     /// How long a database token's lookup is remembered (`TOKEN_CACHE_MS`): a revoked token
     /// stops working within this long on every gateway.
     pub token_cache: Duration,
@@ -119,6 +121,7 @@ impl Settings {
             tokens,
             admins,
             token_cache: env.millis("TOKEN_CACHE_MS", Duration::from_secs(2))?,
+            oidc: crate::oidc::OidcSettings::from_env(env)?,
             max_body_bytes: env.parse("MAX_BODY_BYTES", 1024 * 1024)?,
             max_attachment_bytes: env.parse("MAX_ATTACHMENT_BYTES", 512 * 1024)?,
             max_attachments: env.parse("MAX_ATTACHMENTS", 20)?,

@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod fanout;
 pub mod json;
+pub mod oidc;
 pub mod routes;
 pub mod routing;
 pub mod signals;

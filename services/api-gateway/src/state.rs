@@ -26,12 +26,20 @@ pub struct AppState {
     pub inbox_wakes: Arc<crate::routes::inbox::InboxWakes>,
     /// Database token lookups, remembered for `TOKEN_CACHE_MS`.
     pub token_cache: Arc<crate::auth::TokenCache>,
+    /// OIDC/JWT tokens' checker, when `OIDC_JWKS_URL` is set.
+    pub oidc: Option<Arc<crate::oidc::Oidc>>,
 }
 
 impl AppState {
     /// Connect to Postgres and NATS (migrating and creating streams when asked).
     pub async fn connect(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<Self> {
         let Infra { pool, bus } = Infra::connect(&settings.common, "maestro-api-gateway").await?;
+        let oidc = settings
+            .oidc
+            .clone()
+            .map(crate::oidc::Oidc::new)
+            .transpose()?
+            .map(Arc::new);
         Ok(Self {
             pool,
             bus,
@@ -40,6 +48,7 @@ impl AppState {
             hubs: Arc::default(),
             inbox_wakes: Arc::default(),
             token_cache: Arc::default(),
+            oidc,
         })
     }
 }
