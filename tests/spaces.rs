@@ -32,6 +32,8 @@ fn scenarios() -> Value {
         {"name": "reads", "match": "read the note",
          "turns": [
             {"tool_calls": [{"name": "read_file", "arguments": {"path": "note.txt"}}]},
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "../spaces"}}]},
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "cat ../spaces/*/note.txt; ls ../spaces"}}]},
             {"tool_calls": [{"name": "complete", "arguments": {"result": "read it"}}]}
          ]},
         {"name": "drafts", "match": "draft and give up",
@@ -717,6 +719,25 @@ async fn two_tasks_in_a_space_build_on_each_others_files_with_commits() {
         .find(|e| e.payload["name"] == "read_file")
         .expect("the read's result");
     assert!(read.payload.to_string().contains("hello"), "{read:?}");
+    // The sandbox still confines the job to its worktree: the space's repository is not in
+    // reach of the file tools or of programs.
+    let results: Vec<&maestro_domain::Event> = of_kind(&events, EventKind::ToolResult)
+        .filter(|e| e.payload["name"] != "complete")
+        .collect();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(
+        results[1]
+            .payload
+            .to_string()
+            .contains("outside the workspace"),
+        "{:?}",
+        results[1]
+    );
+    let shell = results[2].payload.to_string();
+    assert!(
+        !shell.contains("hello") && shell.contains("No such file"),
+        "{shell}"
+    );
     assert_ne!(
         stack.workspace(writer.id()),
         stack.workspace(reader.id()),
