@@ -36,6 +36,13 @@ fn scenarios() -> Value {
             {"tool_calls": [{"name": "shell", "arguments": {"command": "cat ../spaces/*/note.txt; ls ../spaces"}}]},
             {"tool_calls": [{"name": "complete", "arguments": {"result": "read it"}}]}
          ]},
+        {"name": "slow-draft", "match": "draft slowly",
+         "turns": [
+            {"tool_calls": [{"name": "write_file", "arguments": {"path": "draft2.txt", "content": "work in progress"}}]},
+            {"text": "Thinking this over very slowly, one letter at a time, so it can be cancelled.",
+             "chunk_chars": 1, "chunk_delay_ms": 50,
+             "tool_calls": [{"name": "complete", "arguments": {"result": "never"}}]}
+         ]},
         {"name": "drafts", "match": "draft and give up",
          "turns": [
             {"tool_calls": [{"name": "write_file", "arguments": {"path": "draft.txt", "content": "half done"}}]},
@@ -93,21 +100,35 @@ async fn reads_answer(stack: &Stack, client: &Client, token: &str, id: &str, exp
             "GET {path}"
         );
     }
-    let stream = stack
-        .http
-        .get(stack.url(&format!("/api/local/tasks/{id}/stream")))
-        .bearer_auth(token)
-        .send()
-        .await
-        .expect("the stream answers");
-    assert_eq!(stream.status().as_u16(), expected, "the SSE stream");
-    drop(stream);
+    let job = task_job(stack, id).await;
+    // Not JSON: the file the task wrote, and its streams.
+    for path in [
+        format!("/api/local/tasks/{id}/files/note.txt"),
+        format!("/api/local/tasks/{id}/stream"),
+        format!("/api/local/tasks/{id}/jobs/{job}/stream"),
+    ] {
+        let stream = stack
+            .http
+            .get(stack.url(&path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("the stream answers");
+        assert_eq!(stream.status().as_u16(), expected, "GET {path}");
+        drop(stream);
+    }
     let got = a2a(stack, token, "GetTask", json!({"id": id})).await;
     assert_eq!(
         got.get("error").is_none(),
         expected == 200,
         "A2A GetTask as expected ({expected}): {got}"
     );
+}
+
+/// Task `id`'s latest job, as its creator (alice) sees it.
+async fn task_job(stack: &Stack, id: &str) -> String {
+    let task = stack.client_as("test-token-alice").task(id).await;
+    task.job().id.to_string()
 }
 
 /// An A2A JSON-RPC call (protocol 1.0) as the owner of `token`: the JSON-RPC answer.
@@ -143,6 +164,14 @@ async fn acts_refused(client: &Client, id: &str, expected: u16) {
         (
             format!("/api/local/tasks/{id}/required-actions/{rid}/decide"),
             json!({"decision": "approve"}),
+        ),
+        (
+            format!("/api/local/tasks/{id}/tool-requests/{rid}/decide"),
+            json!({"decision": "approve"}),
+        ),
+        (
+            format!("/api/local/tasks/{id}/package-requests/{rid}/decide"),
+            json!({"decision": "deny"}),
         ),
     ];
     for (path, body) in acts {
@@ -183,7 +212,7 @@ async fn every_task_route_follows_visibility_and_role() {
     .await;
     assert_eq!(s.space.members.len(), 3, "{s:?}");
     let shared = alice
-        .run(&json!({"instruction": "shared work", "space_id": s.id()}))
+        .run(&json!({"instruction": "write a note (shared)", "space_id": s.id()}))
         .await;
     assert_eq!(
         shared.task.visibility,
@@ -192,10 +221,10 @@ async fn every_task_route_follows_visibility_and_role() {
     );
     assert_eq!(shared.task.space_id, Some(s.id()));
     let private = alice
-        .run(&json!({"instruction": "mine only", "space_id": s.id(), "visibility": "private"}))
+        .run(&json!({"instruction": "write a note (mine only)", "visibility": "private"}))
         .await;
     let public = alice
-        .run(&json!({"instruction": "for all", "visibility": "public"}))
+        .run(&json!({"instruction": "write a note (for all)", "visibility": "public"}))
         .await;
     let (shared, private, public) = (
         shared.id().to_string(),
@@ -229,6 +258,28 @@ async fn every_task_route_follows_visibility_and_role() {
                                       "taskId": shared, "parts": [{"text": "let me in"}]}});
     let sent = a2a(&stack, "test-token-carol", "SendMessage", message).await;
     assert!(sent.get("error").is_some(), "a viewer cannot send: {sent}");
+    for (token, what) in [
+        ("test-token-carol", "a viewer"),
+        (dave_token.as_str(), "an outsider"),
+    ] {
+        let cancelled = a2a(&stack, token, "CancelTask", json!({"id": shared})).await;
+        assert!(
+            cancelled.get("error").is_some(),
+            "{what} cannot cancel: {cancelled}"
+        );
+        let pushes = a2a(
+            &stack,
+            token,
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": shared}),
+        )
+        .await;
+        // Push configs carry the creator's credentials: acting, not reading.
+        assert!(
+            pushes.get("error").is_some(),
+            "{what} and the push configs: {pushes}"
+        );
+    }
 
     // Listings: each sees their own and their spaces' non-private tasks.
     let listed = |page: Value| -> Vec<String> {
@@ -269,7 +320,24 @@ async fn every_task_route_follows_visibility_and_role() {
 
     // Creating in the space: editors yes, viewers 403, others 404; the archived space 409.
     let new = json!({"instruction": "in the space", "space_id": s.id()});
-    assert_eq!(bob.try_create(&new).await.map(|_| ()), Ok(()));
+    let bobs = bob.try_create(&new).await.expect("an editor creates").id();
+    for visibility in ["private", "public"] {
+        let refused = alice
+            .try_create(&json!({"instruction": "x", "space_id": s.id(), "visibility": visibility}))
+            .await
+            .expect_err("a space's tasks are `space`");
+        assert_eq!(refused.pair(), (422, "invalid_visibility"), "{visibility}");
+    }
+    // Only an admin sets a space's tool policy (it grants its jobs' permissions).
+    let refused = bob
+        .call::<Space>(
+            Method::POST,
+            "/api/local/spaces",
+            Some(&json!({"name": "mine", "policy": {"network": true}})),
+        )
+        .await
+        .expect_err("bob is no admin");
+    assert_eq!(refused.pair(), (403, "forbidden"));
     assert_eq!(
         carol.try_create(&new).await.expect_err("viewer").pair(),
         (403, "forbidden")
@@ -326,6 +394,11 @@ async fn every_task_route_follows_visibility_and_role() {
         )
         .await,
         404
+    );
+    assert_eq!(
+        status(&bob, Method::GET, &format!("/api/local/tasks/{bobs}"), None).await,
+        404,
+        "his own task in the space too"
     );
     // Archived: no new task, the old ones stay readable.
     assert_eq!(
@@ -704,11 +777,17 @@ async fn two_tasks_in_a_space_build_on_each_others_files_with_commits() {
         .run(&json!({"instruction": "write a note", "space_id": s.id()}))
         .await;
     assert_eq!(writer.job().status, JobStatus::Succeeded, "{writer:?}");
-    let commit = writer
-        .job()
-        .commit
-        .clone()
-        .expect("the job names its commit");
+    // The merge into main follows the committed success: the commit is on the job a moment
+    // after.
+    let mut commit = None;
+    for _ in 0..100 {
+        commit = alice.task(writer.id()).await.job().commit.clone();
+        if commit.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let commit = commit.expect("the job names its commit");
     // The second task reads what the first wrote, in a worktree of its own.
     let reader = alice
         .run(&json!({"instruction": "read the note", "space_id": s.id()}))
@@ -818,6 +897,39 @@ async fn two_tasks_in_a_space_build_on_each_others_files_with_commits() {
         String::from_utf8_lossy(&kept.stdout),
         "half done",
         "{kept:?}"
+    );
+
+    // A cancelled job's changes are kept on its task's branch too.
+    let slow = alice
+        .create(&json!({"instruction": "draft slowly", "space_id": s.id()}))
+        .await;
+    for _ in 0..200 {
+        let events = alice.events(slow.id()).await;
+        if of_kind(&events, EventKind::ToolResult).any(|e| e.payload["name"] == "write_file") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    alice.cancel(slow.id()).await.expect("cancelled");
+    let over = alice.wait_over(slow.id()).await;
+    assert_eq!(over.job().status, JobStatus::Cancelled, "{over:?}");
+    let branch = format!("maestro/task/{}:draft2.txt", slow.id());
+    let mut kept = String::new();
+    for _ in 0..100 {
+        let shown = std::process::Command::new("git")
+            .args(["-c", "safe.directory=*", "show", &branch])
+            .current_dir(&repo)
+            .output()
+            .expect("git runs");
+        kept = String::from_utf8_lossy(&shown.stdout).into_owned();
+        if !kept.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        kept, "work in progress",
+        "the cancelled job's change is on its branch"
     );
 
     // Members only; a missing file is a 404.

@@ -108,6 +108,7 @@ impl Oidc {
         validation.set_audience(&self.settings.audience);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.leeway = 30;
+        validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation)
             .map_err(|e| e.to_string())?;
         let owner = data

@@ -6,13 +6,15 @@
 //! last left off.
 //!
 //! - `prepare` (a job of the task starts): the worktree is made from `main` the first time;
-//!   later, `main` is merged into it (what other tasks finished since), unless that conflicts
+//!   later, what an earlier job left uncommitted is committed on the branch, and at a job's
+//!   first claim `main` is merged in (what other tasks finished since), unless that conflicts
 //!   (then it goes on from its own branch, and says so).
 //! - `finish` (the job is over): its changes are committed on the task's branch with the task
-//!   and job in the message (`Maestro-Task:`, `Maestro-Job:` trailers). On success the branch
-//!   is merged into `main` (fast-forward when it can be; a conflict leaves `main` as it was and
-//!   the changes on the branch); on failure or cancel they stay on the branch, not merged.
-//!   Finishing again is harmless: nothing new to commit, already merged.
+//!   and job in the message (`Maestro-Task:`, `Maestro-Job:` trailers), not merged.
+//! - `merge` (the job's success is committed in Postgres): the branch is merged into `main`
+//!   (fast-forward when it can be; a conflict leaves `main` as it was and the changes on the
+//!   branch). A success whose merge did not happen (the tool-runner was down) is merged with
+//!   the task's next success. Doing any of these again is harmless.
 //! - `files`, `file`, `commits`: what a person sees of `main`.
 //!
 //! The `git` binary runs here, outside the sandbox, on paths this module builds from ids
@@ -45,7 +47,12 @@ pub async fn handle(
         GitRequest::Prepare {
             space_id,
             workspace_id,
-        } => prepare(root, space_id, workspace_id, sandbox_user).await,
+            merge_main,
+        } => prepare(root, space_id, workspace_id, merge_main, sandbox_user).await,
+        GitRequest::Merge {
+            space_id,
+            workspace_id,
+        } => merge(root, space_id, workspace_id).await,
         GitRequest::Finish {
             space_id,
             workspace_id,
@@ -221,6 +228,7 @@ async fn prepare(
     root: &Path,
     space: SpaceId,
     task: TaskId,
+    merge_main: bool,
     sandbox_user: Option<(u32, u32)>,
 ) -> Result<GitReply, String> {
     let repo = repo_dir(root, space);
@@ -264,8 +272,21 @@ async fn prepare(
             ..GitReply::default()
         });
     }
-    // Bring in what other tasks finished since, if it merges cleanly.
     let git = Git::worktree(&repo, task, &dir);
+    // What an earlier job left (it paused, or its end was not recorded) is committed first,
+    // so no merge ever meets uncommitted changes.
+    commit_all(
+        &git,
+        &format!("Task {task}: work in progress\n\nMaestro-Task: {task}\n"),
+    )
+    .await?;
+    if !merge_main {
+        return Ok(GitReply {
+            branch: Some(branch),
+            ..GitReply::default()
+        });
+    }
+    // Bring in what other tasks finished since, if it merges cleanly.
     let note = match git
         .output(&["merge", "--no-edit", "--quiet", "main"])
         .await?
@@ -301,49 +322,47 @@ struct Message {
 async fn finish(root: &Path, space: SpaceId, m: &Message) -> Result<GitReply, String> {
     let repo = repo_dir(root, space);
     let dir = worktree_dir(root, m.task);
-    if !repo
-        .join(".git")
-        .join("worktrees")
-        .join(m.task.to_string())
-        .is_dir()
-    {
+    if !has_worktree(&repo, m.task) {
         return Err("the task has no worktree in the space".to_owned());
     }
     let _lock = SpaceLock::take(&repo).await?;
     let git = Git::worktree(&repo, m.task, &dir);
-    let branch = branch(m.task);
-    git.run(&["add", "--all", "--", "."]).await?;
-    let changed = !git.output(&["diff", "--cached", "--quiet"]).await?.0;
-    if changed {
-        let what = match m.outcome {
-            GitOutcome::Succeeded => "",
-            GitOutcome::Failed => " (failed: kept on its branch, not merged)",
-            GitOutcome::Cancelled => " (cancelled: kept on its branch, not merged)",
-        };
-        let mut summary: String = m
-            .summary
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(72)
-            .collect();
-        if summary.trim().is_empty() {
-            summary = "changes".to_owned();
-        }
-        let message = format!(
-            "Task {} job {}: {summary}{what}\n\n{}\n\nMaestro-Task: {}\nMaestro-Job: {}\n",
-            m.task, m.job_no, m.summary, m.task, m.job
-        );
-        git.run(&["commit", "--quiet", "--no-verify", "-m", &message])
-            .await?;
+    let what = match m.outcome {
+        GitOutcome::Succeeded => "",
+        GitOutcome::Failed => " (failed: kept on its branch, not merged)",
+        GitOutcome::Cancelled => " (cancelled: kept on its branch, not merged)",
+    };
+    let mut summary: String = m
+        .summary
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(72)
+        .collect();
+    if summary.trim().is_empty() {
+        summary = "changes".to_owned();
     }
-    if m.outcome != GitOutcome::Succeeded {
-        return Ok(GitReply {
-            branch: Some(branch),
-            ..GitReply::default()
-        });
+    let message = format!(
+        "Task {} job {}: {summary}{what}\n\n{}\n\nMaestro-Task: {}\nMaestro-Job: {}\n",
+        m.task, m.job_no, m.summary, m.task, m.job
+    );
+    commit_all(&git, &message).await?;
+    Ok(GitReply {
+        branch: Some(branch(m.task)),
+        ..GitReply::default()
+    })
+}
+
+/// Merge the task's branch into `main` (fast-forward when it can be): `main`'s commit after,
+/// or, on a conflict, `main` left as it was and the branch named.
+async fn merge(root: &Path, space: SpaceId, task: TaskId) -> Result<GitReply, String> {
+    let repo = repo_dir(root, space);
+    if !has_worktree(&repo, task) {
+        return Err("the task has no worktree in the space".to_owned());
     }
+    let _lock = SpaceLock::take(&repo).await?;
+    let branch = branch(task);
     let main = Git::main(&repo);
     match main
         .output(&["merge", "--no-edit", "--quiet", &branch])
@@ -368,6 +387,24 @@ async fn finish(root: &Path, space: SpaceId, m: &Message) -> Result<GitReply, St
             })
         }
     }
+}
+
+fn has_worktree(repo: &Path, task: TaskId) -> bool {
+    repo.join(".git")
+        .join("worktrees")
+        .join(task.to_string())
+        .is_dir()
+}
+
+/// Commit everything in the worktree with `message`, if anything changed.
+async fn commit_all(git: &Git<'_>, message: &str) -> Result<(), String> {
+    git.run(&["add", "--all", "--", "."]).await?;
+    let changed = !git.output(&["diff", "--cached", "--quiet"]).await?.0;
+    if changed {
+        git.run(&["commit", "--quiet", "--no-verify", "-m", message])
+            .await?;
+    }
+    Ok(())
 }
 
 async fn files(root: &Path, space: SpaceId) -> Result<GitReply, String> {

@@ -33,8 +33,7 @@ pub struct Transition {
     /// Give the job one more claim: the next claim is not a new attempt at the work (a
     /// worker handing the job back as it shuts down).
     pub refund_attempt: bool,
-    /// A space's task: the commit its changes were merged in, or the branch they stay on.
-    pub commit: Option<String>,
+    /// A space's task's failed job: the branch its changes stay on.
     pub branch: Option<String>,
 }
 
@@ -47,7 +46,6 @@ impl Transition {
             error: None,
             next_retry_at: None,
             refund_attempt: false,
-            commit: None,
             branch: None,
         }
     }
@@ -100,8 +98,7 @@ pub async fn append_delivering(
                    wait_reason = CASE WHEN $5::text IS NULL THEN wait_reason ELSE $6 END,
                    result = COALESCE($7, result),
                    error = COALESCE($8, error),
-                   commit = COALESCE($12, commit),
-                   branch = COALESCE($13, branch),
+                   branch = COALESCE($12, branch),
                    next_retry_at = CASE WHEN $5::text IS NULL THEN next_retry_at ELSE $9 END,
                    lease_expires_at = CASE WHEN $5::text IS NULL THEN lease_expires_at END,
                    max_attempts = max_attempts + CASE WHEN $10 THEN 1 ELSE 0 END,
@@ -146,7 +143,6 @@ pub async fn append_delivering(
         transition.and_then(|t| t.next_retry_at),
         transition.is_some_and(|t| t.refund_attempt),
         delivered,
-        transition.and_then(|t| t.commit.as_deref()),
         transition.and_then(|t| t.branch.as_deref()),
     )
     .fetch_optional(pool)
@@ -401,6 +397,25 @@ pub struct NextJob<'a> {
     pub resume_question: Option<&'a str>,
     /// Questions asked in the task before it.
     pub ask_count: i32,
+}
+
+/// Where a space task's job's changes are: the commit of `main` they were merged in, or the
+/// branch they are kept on.
+pub async fn record_commit(
+    pool: &PgPool,
+    job_id: JobId,
+    commit: Option<&str>,
+    branch: Option<&str>,
+) -> Result<(), DbError> {
+    sqlx::query!(
+        "UPDATE jobs SET commit = $2, branch = $3 WHERE id = $1",
+        job_id.0,
+        commit,
+        branch
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// Add a `queued` job to the task (the next `job_no`, running the piece and model of the

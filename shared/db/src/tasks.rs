@@ -201,7 +201,8 @@ pub async fn find_by_idempotency_key(
 pub async fn access(pool: &PgPool, caller: &Owner, id: TaskId) -> Result<Option<Access>, DbError> {
     let row = sqlx::query!(
         r#"
-        SELECT t.owner = $2 AS "creator!", t.visibility, m.role AS "role?"
+        SELECT t.owner = $2 AS "creator!", t.space_id IS NOT NULL AS "in_space!", t.visibility,
+               m.role AS "role?"
           FROM tasks t
           LEFT JOIN space_members m ON m.space_id = t.space_id AND m.member = $2
          WHERE t.id = $1
@@ -214,7 +215,7 @@ pub async fn access(pool: &PgPool, caller: &Owner, id: TaskId) -> Result<Option<
     Ok(row.and_then(|r| {
         let visibility = Visibility::parse(&r.visibility).unwrap_or_default();
         let role = r.role.as_deref().and_then(SpaceRole::parse);
-        Access::of(r.creator, visibility, role)
+        Access::of(r.creator, r.in_space, visibility, role)
     }))
 }
 
@@ -422,8 +423,8 @@ async fn query_records(
          WHERE ($2::uuid[] IS NULL OR t.id = ANY($2))
            AND ($3::uuid IS NULL OR t.id < $3)
            AND ($5::uuid IS NULL OR t.space_id = $5)
-           AND (t.owner = $1
-                OR (t.visibility <> 'private'
+           AND ((t.owner = $1 AND t.space_id IS NULL)
+                OR ((t.visibility <> 'private' OR t.owner = $1)
                     AND t.space_id IN (SELECT space_id FROM space_members WHERE member = $1))
                 OR (t.visibility = 'public' AND ($2::uuid[] IS NOT NULL OR $5::uuid IS NOT NULL)))
          ORDER BY t.id DESC

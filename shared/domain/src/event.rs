@@ -177,11 +177,7 @@ pub struct JobStateChange {
     /// job is over, the task is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub followed_by: Option<JobId>,
-    /// A job of a space's task that succeeded: the commit of the space's `main` with its
-    /// changes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
-    /// Where its changes are kept when they are not merged (a failure, a cancel, a conflict).
+    /// A job of a space's task that failed: the branch its changes are kept on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
 }
@@ -206,7 +202,6 @@ impl JobStateChange {
             reason: None,
             required_actions: Vec::new(),
             followed_by: None,
-            commit: None,
             branch: None,
         }
     }

@@ -97,19 +97,29 @@ pub enum Access {
 }
 
 impl Access {
-    /// The access a caller has to a task, from whether they created it, its visibility and
-    /// their role in its space (if any).
-    pub fn of(creator: bool, visibility: Visibility, role: Option<SpaceRole>) -> Option<Access> {
-        if creator {
-            return Some(Access::Act);
+    /// The access a caller has to a task, from whether they created it, whether it is in a
+    /// space, its visibility and their role in that space (if any). In a space, membership
+    /// decides for the creator too: someone taken out of the space loses their tasks there,
+    /// and a viewer reads even what they created.
+    pub fn of(
+        creator: bool,
+        in_space: bool,
+        visibility: Visibility,
+        role: Option<SpaceRole>,
+    ) -> Option<Access> {
+        if !in_space {
+            return match (creator, visibility) {
+                (true, _) => Some(Access::Act),
+                (false, Visibility::Public) => Some(Access::Read),
+                (false, _) => None,
+            };
         }
-        match (visibility, role) {
-            (Visibility::Private, _) => None,
-            (Visibility::Space | Visibility::Public, Some(role)) if role.acts() => {
-                Some(Access::Act)
-            }
-            (Visibility::Space, Some(_)) | (Visibility::Public, _) => Some(Access::Read),
-            (Visibility::Space, None) => None,
+        let seen = visibility != Visibility::Private || creator;
+        match role {
+            Some(role) if seen && role.acts() => Some(Access::Act),
+            Some(_) if seen => Some(Access::Read),
+            _ if visibility == Visibility::Public => Some(Access::Read),
+            _ => None,
         }
     }
 }
@@ -157,28 +167,46 @@ mod tests {
     fn access_follows_creator_visibility_and_role() {
         use Access::*;
         use Visibility::*;
+        // Outside a space: the creator acts; others read a public task.
         for v in [Private, Space, Public] {
             assert_eq!(
-                Access::of(true, v, None),
+                Access::of(true, false, v, None),
                 Some(Act),
                 "the creator acts on {v:?}"
             );
         }
-        assert_eq!(Access::of(false, Private, Some(SpaceRole::Owner)), None);
-        assert_eq!(Access::of(false, Space, None), None);
+        assert_eq!(Access::of(false, false, Private, None), None);
+        assert_eq!(Access::of(false, false, Public, None), Some(Read));
+        // In a space: the role decides, for the creator too.
         assert_eq!(
-            Access::of(false, Space, Some(SpaceRole::Viewer)),
+            Access::of(false, true, Private, Some(SpaceRole::Owner)),
+            None
+        );
+        assert_eq!(Access::of(false, true, Space, None), None);
+        assert_eq!(
+            Access::of(true, true, Space, None),
+            None,
+            "taken out of the space"
+        );
+        assert_eq!(
+            Access::of(true, true, Space, Some(SpaceRole::Viewer)),
             Some(Read)
         );
-        assert_eq!(Access::of(false, Space, Some(SpaceRole::Editor)), Some(Act));
-        assert_eq!(Access::of(false, Space, Some(SpaceRole::Owner)), Some(Act));
-        assert_eq!(Access::of(false, Public, None), Some(Read));
         assert_eq!(
-            Access::of(false, Public, Some(SpaceRole::Viewer)),
+            Access::of(false, true, Space, Some(SpaceRole::Viewer)),
             Some(Read)
         );
         assert_eq!(
-            Access::of(false, Public, Some(SpaceRole::Editor)),
+            Access::of(false, true, Space, Some(SpaceRole::Editor)),
+            Some(Act)
+        );
+        assert_eq!(
+            Access::of(false, true, Space, Some(SpaceRole::Owner)),
+            Some(Act)
+        );
+        assert_eq!(Access::of(false, true, Public, None), Some(Read));
+        assert_eq!(
+            Access::of(false, true, Public, Some(SpaceRole::Editor)),
             Some(Act)
         );
     }

@@ -597,13 +597,15 @@ mod tests {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum GitRequest {
-    /// A job of the task starts: its worktree, made or brought up to date with `main`.
+    /// A job of the task starts: its worktree made, or what an earlier job left uncommitted
+    /// committed on the branch and (`merge_main`: a job's first claim) `main` merged in.
     Prepare {
         space_id: crate::SpaceId,
         workspace_id: TaskId,
+        #[serde(default)]
+        merge_main: bool,
     },
-    /// The job is over: its changes committed on the task's branch, merged into `main` when
-    /// it succeeded.
+    /// The job is over: its changes committed on the task's branch (not merged).
     Finish {
         space_id: crate::SpaceId,
         workspace_id: TaskId,
@@ -612,6 +614,11 @@ pub enum GitRequest {
         outcome: GitOutcome,
         /// The commit message's first line and body: the job's result or error.
         summary: String,
+    },
+    /// A job's success is committed: the task's branch merged into `main`.
+    Merge {
+        space_id: crate::SpaceId,
+        workspace_id: TaskId,
     },
     /// The files on `main`.
     Files { space_id: crate::SpaceId },

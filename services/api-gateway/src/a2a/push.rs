@@ -128,7 +128,7 @@ pub async fn get(
     ctx: Ctx<'_>,
     request: &PushConfigRequest,
 ) -> Result<TaskPushNotificationConfig, A2aError> {
-    let task_id = ops::readable(ctx, &request.task_id).await?;
+    let task_id = ops::actable(ctx, &request.task_id).await?;
     let found = maestro_db::a2a::push_configs(&ctx.state.pool, task_id, Some(&request.id))
         .await
         .map_err(db)?;
@@ -149,7 +149,7 @@ pub async fn list(
     ctx: Ctx<'_>,
     request: &ListPushConfigsRequest,
 ) -> Result<ListPushConfigsResponse, A2aError> {
-    let task_id = ops::readable(ctx, &request.task_id).await?;
+    let task_id = ops::actable(ctx, &request.task_id).await?;
     let configs = maestro_db::a2a::push_configs(&ctx.state.pool, task_id, None)
         .await
         .map_err(db)?;

@@ -56,12 +56,20 @@ pub async fn list(
     let task_id = readable_task(&state, &owner, &id).await?;
     let items = maestro_db::actions::list(&state.pool, task_id, query.all).await?;
     let base = super::base_url(&state, &headers);
+    // An MCP login link logs its holder in as the task's creator: only the creator gets it.
+    let creator = maestro_db::tasks::get(&state.pool, &owner, task_id)
+        .await?
+        .is_some_and(|t| t.owner == owner.as_str());
     Ok(Json(ActionList {
         required_actions: items
             .into_iter()
             .map(|item| {
                 let mut item = RequiredAction::from(item);
-                super::mcp_logins::absolute_login_url(&mut item.detail, &base);
+                if creator {
+                    super::mcp_logins::absolute_login_url(&mut item.detail, &base);
+                } else {
+                    item.detail.remove("login_url");
+                }
                 item
             })
             .collect(),

@@ -38,8 +38,10 @@ const MEMBERS_MAX: usize = 200;
 pub async fn create(
     State(state): State<AppState>,
     Caller(caller): Caller,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<SpaceSettings>,
 ) -> Result<(StatusCode, Json<Space>), ApiError> {
+    policy_by_admin(&state, &headers, &body).await?;
     let members = body.members.clone().unwrap_or_default();
     if members.len() > MEMBERS_MAX {
         return Err(ApiError::invalid(
@@ -161,6 +163,7 @@ pub async fn update(
         ));
     }
     let space = owned_space(&state, &caller, &id).await?;
+    policy_by_admin(&state, &headers, &body).await?;
     let settings = settings(&state, body, Some(&space))?;
     if !spaces::update(&state.pool, space.id, version, &settings).await? {
         return Err(ApiError::PreconditionFailed(format!(
@@ -313,6 +316,22 @@ async fn reread(state: &AppState, caller: &Owner, id: SpaceId) -> Result<SpaceRe
     spaces::get(&state.pool, caller, id)
         .await?
         .ok_or(ApiError::NotFound("space"))
+}
+
+/// A space's tool policy is the only source of its jobs' permissions — tools, network and
+/// hosts, MCP servers with their commands, paths and credentials — so only an admin sets or
+/// clears it; the space's owners change everything else.
+async fn policy_by_admin(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &SpaceSettings,
+) -> Result<(), ApiError> {
+    if body.policy.is_keep() || crate::auth::identify(state, headers).await?.admin {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(
+        "a space's tool policy grants its jobs' permissions: only an admin sets it".to_owned(),
+    ))
 }
 
 fn forbidden_change() -> ApiError {

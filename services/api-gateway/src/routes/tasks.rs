@@ -62,11 +62,22 @@ fn validate(
     if let Some(model) = &model {
         validate::model(settings, model)?;
     }
+    // A space's tasks share its repository (what one commits, every member sees), so they
+    // are seen by its members: `space`. Private or public work goes outside a space.
     let visibility = match (body.visibility, space) {
         (Some(Visibility::Space), None) => {
             return Err(ApiError::invalid(
                 "invalid_visibility",
                 "visibility `space` needs a space_id",
+            ));
+        }
+        (Some(v @ (Visibility::Private | Visibility::Public)), Some(_)) => {
+            return Err(ApiError::invalid(
+                "invalid_visibility",
+                format!(
+                    "a space's tasks share its files, so they are `space`; a `{}` task goes outside a space",
+                    v.as_str()
+                ),
             ));
         }
         (Some(v), _) => v,

@@ -44,6 +44,10 @@ pub enum JobError {
     Fenced(#[from] Fenced),
     #[error("a committed event cannot be read: {0}")]
     Corrupt(#[from] serde_json::Error),
+    /// Another service could not do its part now (the tool-runner preparing a space's
+    /// worktree, placing attachments, committing): the job is tried again.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// What jobs need from the worker.

@@ -74,35 +74,36 @@ impl JobRun<'_> {
         result: String,
         reason: Option<&str>,
     ) -> Result<Option<JobEnd>, JobError> {
-        // A space's task: its changes are committed (and merged into `main`) first, so the
-        // job's end names the commit. Doing it again after a crash commits nothing new.
-        let (mut commit, mut branch) = (None, None);
-        if super::space_workspace::applies(self.claim) {
+        // A space's task: its changes are committed on the task's branch first (doing it again
+        // after a crash commits nothing new); they are merged into `main` only once the
+        // success is committed below.
+        let in_space = super::space_workspace::applies(self.claim);
+        if in_space {
             let outcome = maestro_domain::tools::GitOutcome::Succeeded;
-            match super::space_workspace::finish(self.shared, self.claim, outcome, &result).await {
-                Ok(reply) => (commit, branch) = (reply.commit, reply.branch),
-                Err(error) => {
-                    let error = format!("the job's changes could not be committed: {error}");
-                    return self.fail(error).await.map(Some);
-                }
+            if let Err(error) =
+                super::space_workspace::finish(self.shared, self.claim, outcome, &result).await
+            {
+                // Nothing of the ending is committed: the job runs again (its last LLM call
+                // repeated), and the commit is tried again.
+                let error = format!("the job's changes could not be committed: {error}");
+                return Err(JobError::Unavailable(error));
             }
         }
         let transition = Transition {
             result: Some(result.clone()),
-            commit: commit.clone(),
-            branch: branch.clone(),
             ..Transition::to(JobStatus::Succeeded)
         };
         self.journal
             .push(state_event(JobStatus::Succeeded, self.fence.attempt, |c| {
                 c.result = Some(result);
                 c.reason = reason.map(str::to_owned);
-                c.commit = commit;
-                c.branch = branch;
             }));
         match self.journal.commit(Some(transition)).await {
             Ok(()) => {
                 tracing::info!(iterations = self.iterations, "job succeeded");
+                if in_space {
+                    self.merge_into_main().await;
+                }
                 Ok(Some(JobEnd::Succeeded))
             }
             Err(JobError::Fenced(fenced)) => {
@@ -113,6 +114,31 @@ impl JobRun<'_> {
                 Ok(None)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// The success is committed: merge the task's branch into `main` and record where its
+    /// changes are. Best effort: a merge that does not happen now happens with the task's next
+    /// success (the branch keeps every commit).
+    async fn merge_into_main(&self) {
+        let merged = super::space_workspace::merge(self.shared, self.claim).await;
+        let (commit, branch) = match merged {
+            Ok(reply) => (reply.commit, reply.branch),
+            Err(error) => {
+                tracing::warn!(%error, "the job's changes are not merged yet");
+                let branch = format!("maestro/task/{}", self.claim.workspace_id);
+                (None, Some(branch))
+            }
+        };
+        let recorded = maestro_db::jobs::record_commit(
+            &self.shared.pool,
+            self.claim.job_id,
+            commit.as_deref(),
+            branch.as_deref(),
+        )
+        .await;
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "cannot record the job's commit");
         }
     }
 

@@ -81,25 +81,19 @@ pub async fn run(
             }
         },
     };
+    // Both are retried: the job stays claimed until its lease runs out, then runs again (its
+    // attempts bound how often).
     if space_workspace::applies(claim)
         && let Err(error) = space_workspace::prepare(shared, claim).await
     {
-        let fence = Fence {
-            job_id: claim.job_id,
-            attempt: claim.attempt,
-        };
         let error = format!("the space's workspace could not be prepared: {error}");
-        return ending::settle_failed(shared, fence, error).await;
+        return Err(JobError::Unavailable(error));
     }
     if claim.unplaced_attachments
         && let Err(error) = attachments::place(shared, claim).await
     {
-        let fence = Fence {
-            job_id: claim.job_id,
-            attempt: claim.attempt,
-        };
         let error = format!("the task's attachments could not be placed: {error}");
-        return ending::settle_failed(shared, fence, error).await;
+        return Err(JobError::Unavailable(error));
     }
     match run_job(shared, claim, delivery, early).await {
         // The database refused this job's data: the same write would be refused on every

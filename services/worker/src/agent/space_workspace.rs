@@ -33,6 +33,9 @@ pub async fn prepare(shared: &Shared, claim: &Claimed) -> Result<(), String> {
     let request = GitRequest::Prepare {
         space_id,
         workspace_id: claim.workspace_id,
+        // `main` comes in at a job's first claim only: a resumed job's files do not change
+        // under its conversation.
+        merge_main: claim.attempt == 1 && claim.resume_movement.is_none(),
     };
     let reply = ask(shared, &request).await?;
     if let Some(note) = reply.note {
@@ -41,8 +44,8 @@ pub async fn prepare(shared: &Shared, claim: &Claimed) -> Result<(), String> {
     Ok(())
 }
 
-/// Commit the job's changes: merged into `main` when it succeeded (the reply's `commit`),
-/// else kept on the task's branch (`branch`).
+/// Commit the job's changes on the task's branch (the reply's `branch`); [`merge`] brings
+/// them into `main` once the job's success is committed.
 pub async fn finish(
     shared: &Shared,
     claim: &Claimed,
@@ -59,6 +62,23 @@ pub async fn finish(
         job_no: claim.job_no,
         outcome,
         summary: summary.chars().take(SUMMARY_MAX_CHARS).collect(),
+    };
+    let reply = ask(shared, &request).await?;
+    if let Some(note) = &reply.note {
+        tracing::warn!(%note, "the job's changes were not merged");
+    }
+    Ok(reply)
+}
+
+/// Merge the task's branch into `main` (after the job's success is committed): `main`'s
+/// commit, or the reply's `branch` and `note` on a conflict.
+pub async fn merge(shared: &Shared, claim: &Claimed) -> Result<GitReply, String> {
+    let Some(space_id) = claim.space_id else {
+        return Ok(GitReply::default());
+    };
+    let request = GitRequest::Merge {
+        space_id,
+        workspace_id: claim.workspace_id,
     };
     let reply = ask(shared, &request).await?;
     if let Some(note) = &reply.note {
