@@ -84,18 +84,27 @@ pub async fn get(
             FileError::Unavailable => ApiError::Unavailable(reason),
         });
     }
-    let filename = path.rsplit('/').next().unwrap_or(&path).replace('"', "");
+    let content_type = HeaderValue::from_static(maestro_a2a::map::media_type(&path));
+    Ok(user_content(content_type, &path, "inline", reply.payload))
+}
+
+/// Bytes an agent wrote or a person sent, served as `disposition` (`inline`, `attachment`)
+/// under the last component of `path`: not the gateway's own content, so a browser neither
+/// runs scripts in it nor sniffs another type.
+pub fn user_content(
+    content_type: HeaderValue,
+    path: &str,
+    disposition: &str,
+    bytes: impl Into<Body>,
+) -> Response {
+    let filename = path.rsplit('/').next().unwrap_or(path).replace('"', "");
     let headers = [
-        (
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(maestro_a2a::map::media_type(&path)),
-        ),
+        (header::CONTENT_TYPE, content_type),
         (
             header::CONTENT_DISPOSITION,
-            HeaderValue::from_str(&format!("inline; filename=\"{filename}\""))
-                .unwrap_or(HeaderValue::from_static("inline")),
+            HeaderValue::from_str(&format!("{disposition}; filename=\"{filename}\""))
+                .unwrap_or(HeaderValue::from_static("attachment")),
         ),
-        // What the agent wrote is not the gateway's own content: no scripts, no sniffing.
         (
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static("sandbox"),
@@ -105,7 +114,7 @@ pub async fn get(
             HeaderValue::from_static("nosniff"),
         ),
     ];
-    Ok((StatusCode::OK, headers, Body::from(reply.payload)).into_response())
+    (StatusCode::OK, headers, bytes.into()).into_response()
 }
 
 /// `GET /api/local/tasks/{id}/attachments/{name}`: a file attached when the task was created,
@@ -131,25 +140,7 @@ pub async fn attachment(
     let (meta, bytes) = maestro_db::attachments::get(&state.pool, task_id, &name)
         .await?
         .ok_or(ApiError::NotFound("attachment"))?;
-    let headers = [
-        (
-            header::CONTENT_TYPE,
-            HeaderValue::from_str(&meta.content_type)
-                .unwrap_or(HeaderValue::from_static("application/octet-stream")),
-        ),
-        (
-            header::CONTENT_DISPOSITION,
-            HeaderValue::from_str(&format!("attachment; filename=\"{}\"", meta.name))
-                .unwrap_or(HeaderValue::from_static("attachment")),
-        ),
-        (
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static("sandbox"),
-        ),
-        (
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ),
-    ];
-    Ok((StatusCode::OK, headers, Body::from(bytes)).into_response())
+    let content_type = HeaderValue::from_str(&meta.content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    Ok(user_content(content_type, &meta.name, "attachment", bytes))
 }

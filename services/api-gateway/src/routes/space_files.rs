@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderValue;
+use axum::response::Response;
 use base64::Engine as _;
 use maestro_api::{ErrorBody, SpaceCommits, SpaceFiles};
 use maestro_domain::tools::{GitReply, GitRequest};
@@ -89,27 +88,13 @@ pub async fn get(
         .transpose()
         .map_err(|e| ApiError::Unexpected(e.into()))?
         .unwrap_or_default();
-    let filename = path.rsplit('/').next().unwrap_or(&path).replace('"', "");
-    let headers = [
-        (
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(maestro_a2a::map::media_type(&path)),
-        ),
-        (
-            header::CONTENT_DISPOSITION,
-            HeaderValue::from_str(&format!("inline; filename=\"{filename}\""))
-                .unwrap_or(HeaderValue::from_static("inline")),
-        ),
-        (
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static("sandbox"),
-        ),
-        (
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ),
-    ];
-    Ok((StatusCode::OK, headers, Body::from(bytes)).into_response())
+    let content_type = HeaderValue::from_static(maestro_a2a::map::media_type(&path));
+    Ok(super::files::user_content(
+        content_type,
+        &path,
+        "inline",
+        bytes,
+    ))
 }
 
 /// `?limit=` of the commit listing.
