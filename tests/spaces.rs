@@ -899,6 +899,22 @@ async fn two_tasks_in_a_space_build_on_each_others_files_with_commits() {
         "{kept:?}"
     );
 
+    // A worktree deleted between two jobs of a task is made again from its branch.
+    std::fs::remove_dir_all(stack.workspace(writer.id())).expect("deleted");
+    alice
+        .comment(writer.id(), "once more")
+        .await
+        .expect("a follow-up");
+    let again = alice
+        .wait(writer.id(), &[JobStatus::Succeeded, JobStatus::Failed])
+        .await;
+    assert_eq!(again.job().job_no, 2, "{again:?}");
+    assert_eq!(again.job().status, JobStatus::Succeeded, "{again:?}");
+    assert_eq!(
+        std::fs::read_to_string(stack.workspace(writer.id()).join("note.txt")).expect("back"),
+        "hello"
+    );
+
     // A cancelled job's changes are kept on its task's branch too.
     let slow = alice
         .create(&json!({"instruction": "draft slowly", "space_id": s.id()}))

@@ -142,6 +142,10 @@ impl<'a> Git<'a> {
                 "-c",
                 "safe.directory=*",
                 "-c",
+                "core.fsmonitor=false",
+                "-c",
+                "submodule.recurse=false",
+                "-c",
                 "core.hooksPath=/dev/null",
                 "-c",
                 "user.name=MAESTRO",
@@ -206,13 +210,21 @@ impl Drop for SpaceLock {
 /// The space's repository, made (with an empty first commit on `main`) if it is not there.
 async fn ensure_repo(root: &Path, space: SpaceId) -> Result<PathBuf, String> {
     let repo = repo_dir(root, space);
-    if repo.join(".git").is_dir() {
-        return Ok(repo);
-    }
-    std::fs::create_dir_all(&repo).map_err(|e| format!("cannot create the repository: {e}"))?;
     let git = Git::main(&repo);
-    git.run(&["init", "--quiet", "--initial-branch=main"])
-        .await?;
+    if repo.join(".git").is_dir() {
+        // A crash between `init` and the first commit leaves no `main`: make it now.
+        let has_main = git
+            .output(&["rev-parse", "--verify", "--quiet", "refs/heads/main"])
+            .await?
+            .0;
+        if has_main {
+            return Ok(repo);
+        }
+    } else {
+        std::fs::create_dir_all(&repo).map_err(|e| format!("cannot create the repository: {e}"))?;
+        git.run(&["init", "--quiet", "--initial-branch=main"])
+            .await?;
+    }
     git.run(&[
         "commit",
         "--quiet",
@@ -238,12 +250,19 @@ async fn prepare(
     let dir = worktree_dir(root, task);
     let branch = branch(task);
     let git_dir = repo.join(".git").join("worktrees").join(task.to_string());
+    if git_dir.is_dir() && !dir.is_dir() {
+        // The worktree's directory is gone (deleted by hand, a lost volume): git forgets it,
+        // and it is made again from the task's branch, which holds every commit.
+        tracing::warn!(%task, "the task's worktree directory is missing; making it again");
+        Git::main(&repo).run(&["worktree", "prune"]).await?;
+    }
     if !git_dir.is_dir() {
         if dir.exists() {
-            return Err(format!(
-                "the task's directory {} exists but is not a worktree of the space",
-                dir.display()
-            ));
+            // Something that is not the worktree took its place: kept aside, not lost.
+            let aside = root.join(format!("{task}.stray-{}", uuid::Uuid::now_v7().simple()));
+            tracing::warn!(%task, aside = %aside.display(), "moving a stray directory aside");
+            std::fs::rename(&dir, &aside)
+                .map_err(|e| format!("cannot move the stray {} aside: {e}", dir.display()))?;
         }
         let path = dir.display().to_string();
         let has_branch = Git::main(&repo)
