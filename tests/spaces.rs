@@ -497,6 +497,9 @@ async fn a_spaces_defaults_and_tool_policy_reach_its_jobs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_go_to_the_workers_that_serve_their_profile_and_model() {
     let mut stack = Stack::up(StackOptions::new(scenarios())).await;
+    // Its NATS_URL lists a server that is not there first, as a cluster's seeds may: it
+    // connects to the one that is.
+    let seeds = format!("nats://127.0.0.1:1,{}", stack.nats.url);
     stack
         .start(
             Service::Worker,
@@ -505,6 +508,7 @@ async fn jobs_go_to_the_workers_that_serve_their_profile_and_model() {
                 ("WORKER_PROFILES", "gpu"),
                 ("WORKER_MODELS", "big-model"),
                 ("LLM_MODEL", "big-model"),
+                ("NATS_URL", &seeds),
             ],
         )
         .await

@@ -30,11 +30,19 @@ pub async fn connect(
     url: &str,
     name: &str,
 ) -> Result<async_nats::Client, async_nats::ConnectError> {
+    // `NATS_URL` may list several servers (`nats://a:4222,nats://b:4222`): the seeds of a
+    // cluster. The client tries them in turn, learns the rest of the cluster from the one it
+    // reaches, and reconnects to any that is up.
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     async_nats::ConnectOptions::new()
         .name(name)
         .retry_on_initial_connect()
         .max_reconnects(None)
         .subscription_capacity(SUBSCRIPTION_CAPACITY)
-        .connect(url)
+        .connect(servers)
         .await
 }

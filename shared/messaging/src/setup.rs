@@ -37,11 +37,15 @@ pub struct StreamSettings {
     pub deltas_max_age: Duration,
     /// How long notifications stay in the notify stream for direct subscribers.
     pub notify_max_age: Duration,
+    /// How many copies of each stream (and so of its consumers) a JetStream cluster keeps
+    /// (`STREAM_REPLICAS`; 1 on a single server).
+    pub replicas: usize,
 }
 
 impl Default for StreamSettings {
     fn default() -> Self {
         Self {
+            replicas: 1,
             duplicate_window: Duration::from_secs(120),
             events_max_age: Duration::from_secs(24 * 3600),
             deltas_max_age: Duration::from_secs(15 * 60),
@@ -117,7 +121,8 @@ pub async fn ensure_streams(
             ..Default::default()
         },
     ];
-    for config in configs {
+    for mut config in configs {
+        config.num_replicas = settings.replicas.max(1);
         let name = config.name.clone();
         js.create_or_update_stream(config)
             .await

@@ -139,9 +139,14 @@ impl CommonSettings {
 /// for good; default 24 hours).
 pub fn stream_settings(env: &Env) -> Result<maestro_messaging::setup::StreamSettings, ConfigError> {
     let defaults = maestro_messaging::setup::StreamSettings::default();
+    let replicas: usize = env.parse("STREAM_REPLICAS", defaults.replicas)?;
+    if !(1..=5).contains(&replicas) {
+        return Err(env.invalid("STREAM_REPLICAS", "1 to 5 (JetStream's limit)"));
+    }
     Ok(maestro_messaging::setup::StreamSettings {
         deltas_max_age: env.millis("DELTAS_RETENTION_MS", defaults.deltas_max_age)?,
         events_max_age: env.millis("EVENTS_RETENTION_MS", defaults.events_max_age)?,
+        replicas,
         ..defaults
     })
 }
@@ -149,6 +154,21 @@ pub fn stream_settings(env: &Env) -> Result<maestro_messaging::setup::StreamSett
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_replicas_are_one_to_five() {
+        let replicas = |v: &str| stream_settings(&Env::from_pairs([("STREAM_REPLICAS", v)]));
+        assert_eq!(
+            stream_settings(&Env::from_pairs::<&str, &str>([]))
+                .map(|s| s.replicas)
+                .ok(),
+            Some(1)
+        );
+        assert_eq!(replicas("3").map(|s| s.replicas).ok(), Some(3));
+        assert!(replicas("0").is_err());
+        assert!(replicas("7").is_err());
+        assert!(replicas("three").is_err());
+    }
 
     #[test]
     fn values_parse_with_defaults_and_clear_errors() {
