@@ -6,6 +6,8 @@
 //! HTTP client that follows redirects — resumes the job by itself; an expiring grant is
 //! refreshed; a refused login leaves the item waiting with the reason.
 
+use std::time::Duration;
+
 use maestro_domain::{ActionStatus, EventKind, JobStatus, WaitReason};
 use maestro_testkit::{Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
@@ -127,6 +129,74 @@ async fn a_remote_server_offers_and_runs_its_tools_and_a_changed_list_is_listed_
     );
 }
 
+/// The pause's items as the events list, the SSE stream and A2A show them to `client`.
+async fn paused_items_seen_by(
+    stack: &Stack,
+    client: &maestro_testkit::Client,
+    id: maestro_domain::TaskId,
+) -> Vec<Value> {
+    let events = client.events(id).await;
+    let pause = of_kind(&events, EventKind::JobState)
+        .find(|e| e.payload["status"] == "waiting_human")
+        .expect("the pause event");
+    let mut seen = vec![pause.payload["required_actions"][0].clone()];
+    let mut sse = client.stream(id, None).await;
+    while let Some(item) = sse.next(Duration::from_secs(5)).await {
+        if item.event == "job_state" && item.data["payload"]["status"] == "waiting_human" {
+            seen.push(item.data["payload"]["required_actions"][0].clone());
+            break;
+        }
+    }
+    let task = stack
+        .http
+        .post(stack.url("/a2a/v1"))
+        .bearer_auth(client.token())
+        .header("a2a-version", "1.0")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}))
+        .send()
+        .await
+        .expect("A2A answers")
+        .json::<Value>()
+        .await
+        .expect("JSON-RPC");
+    let parts = &task["result"]["status"]["message"]["parts"];
+    let data = parts
+        .as_array()
+        .and_then(|parts| parts.iter().find_map(|p| p.get("data")))
+        .unwrap_or_else(|| panic!("the status message's items: {task}"));
+    seen.push(data["requiredActions"][0].clone());
+    assert_eq!(seen.len(), 3, "events, stream and A2A: {seen:?}");
+    seen
+}
+
+/// The creator finds the login link everywhere the pause shows; another reader of the task
+/// finds the item (which server) without it.
+async fn login_links_reach_the_creator_only(
+    stack: &Stack,
+    id: maestro_domain::TaskId,
+    login_url: &str,
+) {
+    let creator = stack.client_as("test-token-alice");
+    for item in paused_items_seen_by(stack, &creator, id).await {
+        assert_eq!(item["server"], "remote", "{item}");
+        let path = item["login_url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{item}"));
+        assert!(login_url.ends_with(path), "{path} in {login_url}");
+    }
+    let reader = stack.bob();
+    for item in paused_items_seen_by(stack, &reader, id).await {
+        assert_eq!(item["server"], "remote", "{item}");
+        assert!(
+            item.get("login_url").is_none(),
+            "a reader gets no login link: {item}"
+        );
+    }
+    let items = reader.required_actions(id).await;
+    assert_eq!(items[0].text("server"), Some("remote"));
+    assert_eq!(items[0].text("login_url"), None);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_requires_oauth_pauses_for_a_login_and_the_job_resumes_by_itself() {
     // Tokens live two seconds: every job finds its grant about to expire and refreshes it.
@@ -136,7 +206,10 @@ async fn a_server_that_requires_oauth_pauses_for_a_login_and_the_job_resumes_by_
         {"tool_calls": [{"name": "complete", "arguments": {"result": "asked"}}]}
     ]}]});
     let stack = Stack::up(StackOptions::new(scenario).policy(&server.policy())).await;
-    let paused = stack.run(&json!({"instruction": "who am I there?"})).await;
+    // Public: anyone signed in reads it, but only its creator gets the login link.
+    let paused = stack
+        .run(&json!({"instruction": "who am I there?", "visibility": "public"}))
+        .await;
     let id = paused.id();
     assert_eq!(paused.job().status, JobStatus::WaitingHuman, "{paused:?}");
     assert_eq!(paused.job().wait_reason, Some(WaitReason::McpAuthRequired));
@@ -152,6 +225,7 @@ async fn a_server_that_requires_oauth_pauses_for_a_login_and_the_job_resumes_by_
         login_url.starts_with(&format!("{}/api/local/mcp/logins/", stack.base())),
         "{login_url}"
     );
+    login_links_reach_the_creator_only(&stack, id, &login_url).await;
 
     // The person opens the link: MAESTRO → the authorization server → MAESTRO's callback.
     let landed = browser().get(&login_url).send().await.expect("the login");

@@ -496,7 +496,8 @@ async fn a_spaces_defaults_and_tool_policy_reach_its_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_go_to_the_workers_that_serve_their_profile_and_model() {
-    let mut stack = Stack::up(StackOptions::new(scenarios())).await;
+    let piece = "name: gpu-work\nprofile: gpu\nmodel: big-model\nmovements:\n  - name: only\n";
+    let mut stack = Stack::up(StackOptions::new(scenarios()).piece("gpu-work", piece)).await;
     // Its NATS_URL lists a server that is not there first, as a cluster's seeds may: it
     // connects to the one that is.
     let seeds = format!("nats://127.0.0.1:1,{}", stack.nats.url);
@@ -544,6 +545,116 @@ async fn jobs_go_to_the_workers_that_serve_their_profile_and_model() {
         .await
         .expect_err("a profile the space does not allow");
     assert_eq!(refused.pair(), (422, "invalid_profile"));
+    // A piece that names a profile and a model: its tasks go there, with that model.
+    let by_piece = alice
+        .run(&json!({"instruction": "by its piece", "piece": "gpu-work"}))
+        .await;
+    assert_eq!(by_piece.task.profile, "gpu");
+    assert_eq!(by_piece.task.model.as_deref(), Some("big-model"));
+    assert_eq!(
+        ran_on(alice.events(by_piece.id()).await),
+        vec!["gpu-worker"]
+    );
+    // Over A2A, the same defaults: the skill's (piece's) profile and model, or the space's.
+    let a2a_cases = [
+        (json!({"skill": "gpu-work"}), "m-piece", None),
+        (json!({"maestro/space": s.id()}), "m-space", Some(s.id())),
+    ];
+    for (metadata, message_id, in_space) in a2a_cases {
+        let message = json!({"message": {"messageId": message_id, "role": "ROLE_USER",
+                                         "parts": [{"text": "over A2A"}], "metadata": metadata}});
+        let sent = a2a(&stack, "test-token-alice", "SendMessage", message).await;
+        let id = sent["result"]["task"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task: {sent}"))
+            .to_owned();
+        let done = alice.wait(&id, &[JobStatus::Succeeded]).await;
+        assert_eq!(done.task.profile, "gpu", "{message_id}: {done:?}");
+        assert_eq!(done.task.space_id, in_space, "{message_id}");
+        assert_eq!(ran_on(alice.events(&id).await), vec!["gpu-worker"]);
+    }
+    // Schedules resolve their template as a task created then would be: in a space (its
+    // profile), or by their piece (its profile and model).
+    for (template, model) in [
+        (
+            json!({"instruction": "scheduled in the space", "space_id": s.id()}),
+            None,
+        ),
+        (
+            json!({"instruction": "scheduled by piece", "piece": "gpu-work"}),
+            Some("big-model"),
+        ),
+    ] {
+        let schedule: Value = alice
+            .call(
+                Method::POST,
+                "/api/local/schedules",
+                Some(&json!({"cron": "0 0 1 1 *", "task": template})),
+            )
+            .await
+            .expect("a schedule");
+        assert_eq!(schedule["task"]["profile"], "gpu", "{schedule}");
+        assert_eq!(schedule["task"]["model"].as_str(), model, "{schedule}");
+        let path = format!(
+            "/api/local/schedules/{}/run",
+            schedule["id"].as_str().expect("id")
+        );
+        let run: Value = alice
+            .call(Method::POST, &path, None::<&Value>)
+            .await
+            .expect("run now");
+        let id = run["task_id"].as_str().expect("its task").to_owned();
+        let done = alice.wait(&id, &[JobStatus::Succeeded]).await;
+        assert_eq!(done.task.profile, "gpu", "{done:?}");
+        assert_eq!(
+            done.task.space_id,
+            schedule["task"]["space_id"].as_str().map(|_| s.id())
+        );
+        if done.task.space_id.is_some() {
+            assert_eq!(done.task.visibility, maestro_domain::Visibility::Space);
+        }
+        assert_eq!(done.task.model.as_deref(), model);
+        assert_eq!(ran_on(alice.events(&id).await), vec!["gpu-worker"]);
+    }
+    // One taken out of a space does not start tasks there any more: their schedules there
+    // are paused, and a run by hand is refused.
+    let bob = stack.bob();
+    let shared = space(
+        &alice,
+        json!({"name": "Shared", "members": [{"member": "bob", "role": "editor"}]}),
+    )
+    .await;
+    let bobs: Value = bob
+        .call(
+            Method::POST,
+            "/api/local/schedules",
+            Some(&json!({"cron": "* * * * *", "task": {"instruction": "bob's", "space_id": shared.id()}})),
+        )
+        .await
+        .expect("an editor schedules tasks in the space");
+    let bobs_path = format!("/api/local/schedules/{}", bobs["id"].as_str().expect("id"));
+    assert_eq!(bobs["status"], "active");
+    let removed = status(
+        &alice,
+        Method::DELETE,
+        &format!("/api/local/spaces/{}/members/bob", shared.id()),
+        None,
+    )
+    .await;
+    assert_eq!(removed, 204);
+    let paused: Value = bob
+        .call(Method::GET, &bobs_path, None::<&Value>)
+        .await
+        .expect("bob's schedule");
+    assert_eq!(paused["status"], "paused", "{paused}");
+    assert_eq!(
+        status(&bob, Method::POST, &format!("{bobs_path}/run"), None).await,
+        404
+    );
+    assert_eq!(
+        status(&bob, Method::POST, &format!("{bobs_path}/resume"), None).await,
+        404
+    );
     // Default profile: the default worker.
     let plain = alice.run(&json!({"instruction": "anywhere"})).await;
     assert_eq!(ran_on(alice.events(plain.id()).await), vec!["worker"]);

@@ -60,10 +60,12 @@ pub trait Render: Send + 'static {
 }
 
 /// Open a stream of task `task_id` after position `last` for one client, first sending
-/// `first` (already rendered). The task's ownership is the caller's to check.
+/// `first` (already rendered); `creator` says whether the client created the task (other
+/// readers' events lose what only the creator gets: [`Event::for_reader`]). The task's
+/// access is the caller's to check.
 pub async fn open(
     state: AppState,
-    task_id: TaskId,
+    (task_id, creator): (TaskId, bool),
     last: StreamId,
     first: Vec<SseEvent>,
     render: impl Render,
@@ -82,6 +84,7 @@ pub async fn open(
     let pump = Pump {
         state,
         task_id,
+        creator,
         last,
         tx,
         render,
@@ -129,6 +132,7 @@ enum Missing {
 struct Pump<R> {
     state: AppState,
     task_id: TaskId,
+    creator: bool,
     last: StreamId,
     tx: mpsc::Sender<SseEvent>,
     render: R,
@@ -290,7 +294,11 @@ impl<R: Render> Pump<R> {
     }
 
     async fn send_event(&mut self, event: &Event) -> Result<(), Gone> {
-        let items = self.render.event(event);
+        let items = if self.creator {
+            self.render.event(event)
+        } else {
+            self.render.event(&event.clone().for_reader(false))
+        };
         self.send(StreamId::event(event.seq), items).await
     }
 

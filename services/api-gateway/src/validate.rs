@@ -79,12 +79,7 @@ pub fn profile(profile: &str) -> Result<(), ApiError> {
 }
 
 pub fn model(settings: &Settings, model: &str) -> Result<(), ApiError> {
-    let well_formed = !model.is_empty()
-        && model.len() <= 128
-        && model
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._:/-@".contains(c));
-    if !well_formed {
+    if !maestro_domain::job::valid_model(model) {
         return Err(ApiError::invalid(
             "invalid_model",
             "model is 1 to 128 characters of letters, digits and ._:/-@",

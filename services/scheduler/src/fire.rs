@@ -11,7 +11,6 @@ use std::time::Duration;
 use chrono::{TimeDelta, Utc};
 use maestro_db::PgPool;
 use maestro_db::schedules::{self, Advance, Due, NewRun, Started};
-use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::notification::{NotificationType, notice};
 use maestro_domain::schedule::{Busy, CronSpec, Fire, RunStatus, Timing};
 use maestro_domain::{NotificationId, ScheduleId};
@@ -173,7 +172,7 @@ impl Firer {
             AfterCommit::none()
         };
         for s in started {
-            after = after.and(AfterCommit::new_job(DEFAULT_PROFILE, s.task_id, s.job_id));
+            after = after.and(AfterCommit::new_job(&s.profile, s.task_id, s.job_id));
             maestro_runtime::metrics::task_created("schedule");
             metrics::counter!(maestro_runtime::metrics::SCHEDULE_FIRES, "outcome" => "started")
                 .increment(1);

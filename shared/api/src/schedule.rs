@@ -15,8 +15,19 @@ pub struct TaskTemplate {
     /// The piece; the deployment's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub piece: Option<String>,
+    /// The model; else the piece's, the space's, or the deployment's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The space its tasks go in (you must be an editor or owner there); its defaults fill
+    /// in what the template leaves out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space_id: Option<maestro_domain::SpaceId>,
+    /// `private` (default without a space), `space` (a space's tasks), `public`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<maestro_domain::Visibility>,
+    /// The worker profile its tasks' jobs go to; else the piece's, the space's, `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 /// The body of `POST /api/local/schedules`; of `PATCH /api/local/schedules/{id}` with every

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use maestro_domain::schedule::{Missed, Overlap, RunStatus};
-use maestro_domain::{JobId, JobStatus, Owner, ScheduleId, TaskId};
+use maestro_domain::{JobId, JobStatus, Owner, ScheduleId, SpaceId, TaskId, Visibility};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -20,6 +20,10 @@ pub struct Schedule {
     pub instruction: String,
     pub piece: String,
     pub model: Option<String>,
+    /// Where its tasks go, resolved when it was written (as a task's are when it is made).
+    pub space_id: Option<SpaceId>,
+    pub visibility: Visibility,
+    pub profile: String,
     pub overlap: Overlap,
     pub missed: Missed,
     pub starts_at: Option<DateTime<Utc>>,
@@ -39,6 +43,9 @@ struct Row {
     instruction: String,
     piece: String,
     model: Option<String>,
+    space_id: Option<Uuid>,
+    visibility: String,
+    profile: String,
     overlap: String,
     missed: String,
     starts_at: Option<DateTime<Utc>>,
@@ -59,6 +66,11 @@ impl TryFrom<Row> for Schedule {
                 .ok_or_else(|| DbError::corrupt(format!("unknown overlap {:?}", r.overlap)))?,
             missed: Missed::parse(&r.missed)
                 .ok_or_else(|| DbError::corrupt(format!("unknown missed {:?}", r.missed)))?,
+            visibility: Visibility::parse(&r.visibility).ok_or_else(|| {
+                DbError::corrupt(format!("unknown visibility {:?}", r.visibility))
+            })?,
+            space_id: r.space_id.map(SpaceId),
+            profile: r.profile,
             name: r.name,
             cron: r.cron,
             timezone: r.timezone,
@@ -82,8 +94,9 @@ pub async fn create(pool: &PgPool, owner: &Owner, s: &Schedule) -> Result<(), Db
         r#"
         INSERT INTO schedules (id, owner, name, cron, timezone, instruction, piece, model,
                                overlap, missed, starts_at, ends_at, paused, next_fire_at,
-                               created_at, updated_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15)
+                               created_at, updated_at, space_id, visibility, profile)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16,
+                $17, $18)
         "#,
         s.id.0,
         owner.as_str(),
@@ -100,6 +113,9 @@ pub async fn create(pool: &PgPool, owner: &Owner, s: &Schedule) -> Result<(), Db
         s.paused,
         s.next_fire_at,
         s.created_at,
+        s.space_id.map(|id| id.0),
+        s.visibility.as_str(),
+        s.profile,
     )
     .execute(pool)
     .await?;
@@ -114,7 +130,8 @@ pub async fn update(pool: &PgPool, owner: &Owner, s: &Schedule) -> Result<bool, 
         UPDATE schedules
            SET name = $3, cron = $4, timezone = $5, instruction = $6, piece = $7, model = $8,
                overlap = $9, missed = $10, starts_at = $11, ends_at = $12, paused = $13,
-               next_fire_at = $14, updated_at = now()
+               next_fire_at = $14, space_id = $15, visibility = $16, profile = $17,
+               updated_at = now()
          WHERE id = $1 AND owner = $2
         "#,
         s.id.0,
@@ -131,6 +148,9 @@ pub async fn update(pool: &PgPool, owner: &Owner, s: &Schedule) -> Result<bool, 
         s.ends_at,
         s.paused,
         s.next_fire_at,
+        s.space_id.map(|id| id.0),
+        s.visibility.as_str(),
+        s.profile,
     )
     .execute(pool)
     .await?;
@@ -178,8 +198,9 @@ async fn list_rows(
     let rows = sqlx::query_as!(
         Row,
         r#"
-        SELECT id, name, cron, timezone, instruction, piece, model, overlap, missed, starts_at,
-               ends_at, paused, next_fire_at, last_fire_at, created_at, updated_at
+        SELECT id, name, cron, timezone, instruction, piece, model, space_id, visibility,
+               profile, overlap, missed, starts_at, ends_at, paused, next_fire_at,
+               last_fire_at, created_at, updated_at
           FROM schedules
          WHERE owner = $1 AND ($2::uuid IS NULL OR id = $2) AND ($3::uuid IS NULL OR id < $3)
          ORDER BY id DESC
@@ -405,11 +426,13 @@ pub struct Advance {
 }
 
 /// A task a fire created: its first job is queued and must be dispatched after the commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Started {
     pub schedule_id: ScheduleId,
     pub task_id: TaskId,
     pub job_id: JobId,
+    /// The worker profile its job goes to.
+    pub profile: String,
 }
 
 /// Record `runs` and create the task of each started one (with its instruction comment,
@@ -442,22 +465,24 @@ pub async fn fire(
             RETURNING schedule_id, fire_time, task_id
         ), src AS (
             SELECT run.schedule_id, run.fire_time, run.task_id, r.job_id, r.comment_id,
-                   s.owner, s.instruction, s.piece, s.model
+                   s.owner, s.instruction, s.piece, s.model, s.space_id, s.visibility, s.profile
               FROM run
               JOIN r ON r.schedule_id = run.schedule_id AND r.fire_time = run.fire_time
               JOIN schedules s ON s.id = run.schedule_id
              WHERE run.task_id IS NOT NULL
         ), task AS (
             INSERT INTO tasks (id, owner, instruction, piece, model, last_seq, job_count,
-                               max_attempts, schedule_id, scheduled_for)
-            SELECT task_id, owner, instruction, piece, model, 1, 1, $9, schedule_id, fire_time
+                               max_attempts, schedule_id, scheduled_for, space_id, visibility,
+                               profile)
+            SELECT task_id, owner, instruction, piece, model, 1, 1, $9, schedule_id, fire_time,
+                   space_id, visibility, profile
               FROM src
         ), comment AS (
             INSERT INTO comments (id, task_id, author, kind, body, job_id)
             SELECT comment_id, task_id, owner, 'instruction', instruction, job_id FROM src
         ), job AS (
             INSERT INTO jobs (id, task_id, job_no, status, profile, max_attempts, last_job_seq)
-            SELECT job_id, task_id, 1, 'queued', 'default', $9, 1 FROM src
+            SELECT job_id, task_id, 1, 'queued', profile, $9, 1 FROM src
         ), event AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT task_id, 1, job_id, 1, 'job_state', $10 FROM src
@@ -477,7 +502,8 @@ pub async fn fire(
               LEFT JOIN latest l ON l.schedule_id = touched.id
              WHERE s.id = touched.id
         )
-        SELECT schedule_id AS "schedule_id!", task_id AS "task_id!", job_id AS "job_id!"
+        SELECT schedule_id AS "schedule_id!", task_id AS "task_id!", job_id AS "job_id!",
+               profile AS "profile!"
           FROM src
         "#,
         &runs.iter().map(|r| r.schedule_id.0).collect::<Vec<_>>(),
@@ -513,6 +539,7 @@ pub async fn fire(
             schedule_id: ScheduleId(r.schedule_id),
             task_id: TaskId(r.task_id),
             job_id: JobId(r.job_id),
+            profile: r.profile,
         })
         .collect())
 }

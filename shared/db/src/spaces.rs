@@ -228,6 +228,11 @@ pub async fn set_member(
         ), bump AS (
             UPDATE spaces SET version = version + 1, updated_at = now()
              WHERE id = $1 AND EXISTS (SELECT 1 FROM upsert)
+        ), paused AS (
+            -- A viewer adds no tasks: nor do their schedules.
+            UPDATE schedules SET paused = true, next_fire_at = NULL, updated_at = now()
+             WHERE space_id = $1 AND owner = $2 AND $3 = 'viewer' AND NOT paused
+               AND EXISTS (SELECT 1 FROM upsert)
         )
         SELECT ok AS "ok!" FROM allowed
         "#,
@@ -264,6 +269,10 @@ pub async fn remove_member(
         ), bump AS (
             UPDATE spaces SET version = version + 1, updated_at = now()
              WHERE id = $1 AND EXISTS (SELECT 1 FROM removed)
+        ), paused AS (
+            UPDATE schedules SET paused = true, next_fire_at = NULL, updated_at = now()
+             WHERE space_id = $1 AND owner = $2 AND NOT paused
+               AND EXISTS (SELECT 1 FROM removed)
         )
         SELECT EXISTS (SELECT 1 FROM target) AS "found!", EXISTS (SELECT 1 FROM removed) AS "removed!"
         "#,
@@ -279,14 +288,19 @@ pub async fn remove_member(
     })
 }
 
-/// Archive space `id` (it keeps its tasks and takes no new one), or bring it back.
+/// Archive space `id` (it keeps its tasks and takes no new one; its schedules are paused),
+/// or bring it back (its schedules stay paused until their owners resume them).
 pub async fn set_archived(pool: &PgPool, id: SpaceId, archived: bool) -> Result<(), DbError> {
     sqlx::query!(
         r#"
-        UPDATE spaces
-           SET archived_at = CASE WHEN $2 THEN COALESCE(archived_at, now()) END,
-               version = version + 1, updated_at = now()
-         WHERE id = $1
+        WITH space AS (
+            UPDATE spaces
+               SET archived_at = CASE WHEN $2 THEN COALESCE(archived_at, now()) END,
+                   version = version + 1, updated_at = now()
+             WHERE id = $1
+        )
+        UPDATE schedules SET paused = true, next_fire_at = NULL, updated_at = now()
+         WHERE space_id = $1 AND $2 AND NOT paused
         "#,
         id.0,
         archived,

@@ -199,6 +199,16 @@ pub async fn find_by_idempotency_key(
 /// What `caller` may do with task `id`: `None` when they may not even see it (or it does not
 /// exist).
 pub async fn access(pool: &PgPool, caller: &Owner, id: TaskId) -> Result<Option<Access>, DbError> {
+    Ok(reach(pool, caller, id).await?.map(|(access, _)| access))
+}
+
+/// What `caller` may do with task `id`, and whether they created it (`None`: they may not
+/// even see it).
+pub async fn reach(
+    pool: &PgPool,
+    caller: &Owner,
+    id: TaskId,
+) -> Result<Option<(Access, bool)>, DbError> {
     let row = sqlx::query!(
         r#"
         SELECT t.owner = $2 AS "creator!", t.space_id IS NOT NULL AS "in_space!", t.visibility,
@@ -215,7 +225,7 @@ pub async fn access(pool: &PgPool, caller: &Owner, id: TaskId) -> Result<Option<
     Ok(row.and_then(|r| {
         let visibility = Visibility::parse(&r.visibility).unwrap_or_default();
         let role = r.role.as_deref().and_then(SpaceRole::parse);
-        Access::of(r.creator, r.in_space, visibility, role)
+        Access::of(r.creator, r.in_space, visibility, role).map(|access| (access, r.creator))
     }))
 }
 

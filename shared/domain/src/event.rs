@@ -79,6 +79,23 @@ impl Event {
     pub fn body(&self) -> Result<EventBody, serde_json::Error> {
         EventBody::from_parts(self.kind, self.payload.clone())
     }
+
+    /// This event as one who did not create its task sees it: an MCP login link logs its
+    /// holder in as the task's creator, so a pause's `mcp_auth_required` items lose their
+    /// `login_url` (the rest of the item stays: a reader still sees what the job waits for).
+    pub fn for_reader(mut self, creator: bool) -> Self {
+        if creator || self.kind != EventKind::JobState {
+            return self;
+        }
+        if let Some(Value::Array(items)) = self.payload.get_mut("required_actions") {
+            for item in items {
+                if let Value::Object(item) = item {
+                    item.remove("login_url");
+                }
+            }
+        }
+        self
+    }
 }
 
 /// The typed content of an event, before it has a sequence number.
@@ -366,6 +383,33 @@ pub struct ToolResultEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readers_do_not_get_login_links() {
+        let mut change = JobStateChange::new(JobStatus::WaitingHuman, 1);
+        change.required_actions = vec![serde_json::json!({
+            "id": "r1", "kind": "mcp_auth_required", "server": "tracker",
+            "login_url": "https://maestro.example.com/api/local/mcp/logins/secret",
+        })];
+        let body = EventBody::JobState(change);
+        let event = Event {
+            task_id: TaskId::new(),
+            seq: 3,
+            job_id: JobId::new(),
+            job_seq: 3,
+            kind: body.kind(),
+            payload: body.payload(),
+            created_at: Utc::now(),
+        };
+        let seen = event.clone().for_reader(false);
+        assert_eq!(seen.payload["required_actions"][0]["server"], "tracker");
+        assert!(
+            seen.payload["required_actions"][0]
+                .get("login_url")
+                .is_none()
+        );
+        assert_eq!(event.clone().for_reader(true), event);
+    }
 
     #[test]
     fn bodies_split_into_kind_and_payload_and_back() {

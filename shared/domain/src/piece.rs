@@ -42,6 +42,8 @@ pub struct Piece {
     pub max_visits: u32,
     /// The worker profile its tasks are dispatched to, when the task names none.
     pub profile: Option<String>,
+    /// The model its tasks use, when the task names none (before its space's default).
+    pub model: Option<String>,
     pub movements: Vec<Movement>,
 }
 
@@ -80,6 +82,8 @@ pub enum PieceError {
     NoMovements { piece: String },
     #[error("piece {piece}: profile {profile:?} is not 1 to 64 letters, digits, '-' and '_'")]
     InvalidProfile { piece: String, profile: String },
+    #[error("piece {piece}: model {model:?} is not 1 to 128 letters, digits and ._:/-@")]
+    InvalidModel { piece: String, model: String },
     #[error("piece {piece}: no start movement (set `start_movement`)")]
     NoStart { piece: String },
     #[error("piece {piece}: the start movement {start:?} is not one of its movements")]
@@ -133,6 +137,8 @@ struct PieceFile {
     max_visits: Option<u32>,
     #[serde(default)]
     profile: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
     #[serde(alias = "steps")]
     movements: Vec<MovementFile>,
     #[serde(default, rename = "personas")]
@@ -276,6 +282,14 @@ impl Piece {
                 profile: profile.clone(),
             });
         }
+        if let Some(model) = &file.model
+            && !crate::job::valid_model(model)
+        {
+            return Err(PieceError::InvalidModel {
+                piece,
+                model: model.clone(),
+            });
+        }
         let movements = file
             .movements
             .into_iter()
@@ -289,6 +303,7 @@ impl Piece {
             max_iterations: file.max_iterations.unwrap_or(30).max(1),
             max_visits: file.max_visits.unwrap_or(5).max(1),
             profile: file.profile,
+            model: file.model,
             movements,
         })
     }
@@ -514,6 +529,14 @@ movements:
     }
 
     #[test]
+    fn a_piece_names_its_profile_and_model() {
+        let yaml = "name: p\nprofile: gpu\nmodel: big-model\nmovements:\n  - name: a\n";
+        let piece = Piece::parse("p.yaml", yaml).expect("piece");
+        assert_eq!(piece.profile.as_deref(), Some("gpu"));
+        assert_eq!(piece.model.as_deref(), Some("big-model"));
+    }
+
+    #[test]
     fn takt_field_names_are_accepted() {
         let yaml = "name: takt\ninitial_movement: a\nsteps:\n  - name: a\n    persona: P\n    instruction: I\n    rules:\n      - condition: done\n        next: b\n  - name: b\n";
         let piece = Piece::parse("takt.yaml", yaml).expect("takt piece");
@@ -570,6 +593,10 @@ movements:
             parse("name: p\nmovements:\n  - name: ABORT\n"),
             PieceError::Reserved("ABORT".into())
         );
+        assert!(matches!(
+            parse("name: p\nmodel: 'a b'\nmovements:\n  - name: a\n"),
+            PieceError::InvalidModel { .. }
+        ));
         let dup = Catalog::with(vec![(
             "c.yaml".into(),
             "name: chat\nmovements:\n  - name: a\n".into(),

@@ -78,6 +78,11 @@ impl Client {
         }
     }
 
+    /// The bearer token it calls with.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// The gateway's base URL (`http://127.0.0.1:<port>`).
     pub fn base(&self) -> &str {
         &self.base

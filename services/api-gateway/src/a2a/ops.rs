@@ -16,7 +16,6 @@ use maestro_a2a::{A2aError, ErrorKind};
 use maestro_api::DecideRequest;
 use maestro_db::comments::Said;
 use maestro_db::tasks::NewTask;
-use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::{ActionId, JobId, Owner, TaskId, TaskRecord, WaitReason};
 use maestro_messaging::AfterCommit;
 use serde::Deserialize;
@@ -31,6 +30,11 @@ use crate::{routing, usecases, validate};
 pub const CONTINUE_KEY: &str = "maestro/continue";
 /// The metadata key (on the message or the request) that names the skill (piece) of a new task.
 pub const SKILL_KEY: &str = "skill";
+/// The metadata key that puts a new task in a space (its id; the caller must be an editor or
+/// owner there): it then takes the space's defaults, as a REST create does.
+pub const SPACE_KEY: &str = "maestro/space";
+/// The metadata key that names a new task's model.
+pub const MODEL_KEY: &str = "maestro/model";
 /// Media types a message's parts may have.
 pub const INPUT_MODES: [&str; 2] = ["text/plain", "application/json"];
 
@@ -176,20 +180,43 @@ async fn create(
     request: &SendMessageRequest,
     push: Option<&TaskPushNotificationConfig>,
 ) -> Result<TaskId, A2aError> {
-    let settings = &ctx.state.settings;
     let message = &request.message;
-    let instruction =
-        validate::instruction(settings, &instruction_of(message)).map_err(from_api)?;
-    let piece = match meta(request, SKILL_KEY) {
-        Some(Value::String(skill)) => skill.clone(),
-        Some(_) => return Err(A2aError::invalid_params("metadata.skill names a skill")),
-        None => settings.selection.piece().to_owned(),
+    let text = |key: &str| match meta(request, key) {
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(A2aError::invalid_params(format!(
+            "metadata.{key} is a string"
+        ))),
+        None => Ok(None),
     };
-    validate::piece(settings, &piece, None).map_err(from_api)?;
+    let space_id = text(SPACE_KEY)?
+        .map(|id| {
+            id.parse().map_err(|_| {
+                A2aError::invalid_params(format!("metadata.{SPACE_KEY} is a space id"))
+            })
+        })
+        .transpose()?;
+    let body = maestro_api::CreateTask {
+        instruction: instruction_of(message),
+        piece: text(SKILL_KEY)?,
+        model: text(MODEL_KEY)?,
+        space_id,
+        ..Default::default()
+    };
+    // The same defaults and checks as a REST create: the space's and the piece's.
+    let valid = crate::routes::tasks::resolve(ctx.state, ctx.owner, body)
+        .await
+        .map_err(from_api)?;
     let given = message.context_id.clone().filter(|c| !c.is_empty());
     let key = format!("a2a:{}", message.message_id);
-    let hash =
-        validate::request_hash(&["a2a", &instruction, &piece, given.as_deref().unwrap_or("")]);
+    let space = valid.space.map(|s| s.to_string()).unwrap_or_default();
+    let hash = validate::request_hash(&[
+        "a2a",
+        &valid.instruction,
+        &valid.piece,
+        given.as_deref().unwrap_or(""),
+        valid.model.as_deref().unwrap_or(""),
+        &space,
+    ]);
     let context = given.unwrap_or_else(maestro_db::a2a::new_context);
     let (task_id, job_id) = (TaskId::new(), JobId::new());
     let push = push
@@ -199,16 +226,16 @@ async fn create(
         id: task_id,
         job_id,
         owner: ctx.owner,
-        instruction: &instruction,
-        piece: &piece,
+        instruction: &valid.instruction,
+        piece: &valid.piece,
         start_movement: None,
-        model: None,
+        model: valid.model.as_deref(),
         idempotency_key: Some(&key),
         request_hash: &hash,
-        profile: DEFAULT_PROFILE,
-        space_id: None,
-        visibility: maestro_domain::Visibility::Private,
-        max_attempts: settings.job_max_attempts,
+        profile: &valid.profile,
+        space_id: valid.space,
+        visibility: valid.visibility,
+        max_attempts: ctx.state.settings.job_max_attempts,
         context_id: Some(&context),
         message_id: Some(&message.message_id),
         push: push.as_ref(),
@@ -220,11 +247,11 @@ async fn create(
     if created.is_none() {
         return repeated_creation(ctx, &key, &hash).await;
     }
-    tracing::info!(%task_id, %job_id, %piece, "task created over A2A");
+    tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created over A2A");
     maestro_runtime::metrics::task_created("a2a");
     ctx.state
         .bus
-        .after_commit(AfterCommit::new_job(DEFAULT_PROFILE, task_id, job_id))
+        .after_commit(AfterCommit::new_job(&valid.profile, task_id, job_id))
         .await;
     Ok(task_id)
 }
@@ -447,10 +474,11 @@ async fn views(ctx: Ctx<'_>, ids: &[TaskId], shape: Shape) -> Result<Vec<View>, 
             .filter(|c| c.task_id == *id)
             .cloned()
             .collect();
+        let creator = record.owner == ctx.owner.as_str();
         let events: Vec<_> = events
             .iter()
             .filter(|e| e.task_id == *id)
-            .cloned()
+            .map(|e| e.clone().for_reader(creator))
             .collect();
         let files: Vec<String> = files
             .iter()

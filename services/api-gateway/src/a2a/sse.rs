@@ -148,6 +148,11 @@ pub async fn open(
     until: Until,
 ) -> Result<SseStream, A2aError> {
     let state = ctx.state;
+    // Readers other than the creator do not get MCP login links (`Event::for_reader`).
+    let creator = maestro_db::tasks::reach(&state.pool, ctx.owner, task_id)
+        .await
+        .map_err(|e| ops::from_api(e.into()))?
+        .is_some_and(|(_, creator)| creator);
     let last_seq = maestro_db::events::last_seq(&state.pool, task_id)
         .await
         .map_err(|e| ops::from_api(e.into()))?;
@@ -182,9 +187,9 @@ pub async fn open(
     let mut first =
         vec![SseEvent::default().data(render.envelope.data(&StreamResponse::Task(snapshot)))];
     if let Some(c) = resume_event {
-        first.extend(rest_of(ctx, task_id, c, &mut render).await?);
+        first.extend(rest_of(ctx, (task_id, creator), c, &mut render).await?);
     }
-    stream::open(state.clone(), task_id, position, first, render)
+    stream::open(state.clone(), (task_id, creator), position, first, render)
         .await
         .map_err(ops::from_api)
 }
@@ -194,7 +199,7 @@ pub async fn open(
 /// state the client knows).
 async fn rest_of(
     ctx: Ctx<'_>,
-    task_id: TaskId,
+    (task_id, creator): (TaskId, bool),
     cursor: Cursor,
     render: &mut A2aRender,
 ) -> Result<Vec<SseEvent>, A2aError> {
@@ -204,6 +209,7 @@ async fn rest_of(
     let Some(event) = event else {
         return Ok(Vec::new());
     };
+    let event = event.for_reader(creator);
     let items = render.renderer.event(&event);
     Ok(render.items(event.seq, items, cursor.sub + 1))
 }

@@ -16,7 +16,7 @@ use maestro_api::{
 use maestro_domain::{ActionId, WaitReason};
 use serde::Deserialize;
 
-use super::{actable_task, parse_id, readable_task};
+use super::{actable_task, parse_id};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
@@ -53,13 +53,10 @@ pub async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ActionList>, ApiError> {
     let query = super::query(query)?;
-    let task_id = readable_task(&state, &owner, &id).await?;
+    // An MCP login link logs its holder in as the task's creator: only the creator gets it.
+    let (task_id, creator) = super::read_task_as(&state, &owner, &id).await?;
     let items = maestro_db::actions::list(&state.pool, task_id, query.all).await?;
     let base = super::base_url(&state, &headers);
-    // An MCP login link logs its holder in as the task's creator: only the creator gets it.
-    let creator = maestro_db::tasks::get(&state.pool, &owner, task_id)
-        .await?
-        .is_some_and(|t| t.owner == owner.as_str());
     Ok(Json(ActionList {
         required_actions: items
             .into_iter()

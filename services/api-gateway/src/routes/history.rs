@@ -51,8 +51,12 @@ pub async fn events(
             "after is a seq (>= 0); limit is 1 to 1000",
         ));
     }
-    let id = readable_task(&state, &owner, &id).await?;
-    let events = maestro_db::events::list(&state.pool, id, after, limit).await?;
+    let (id, creator) = super::read_task_as(&state, &owner, &id).await?;
+    let events: Vec<_> = maestro_db::events::list(&state.pool, id, after, limit)
+        .await?
+        .into_iter()
+        .map(|e| e.for_reader(creator))
+        .collect();
     let next_after = events.last().map_or(after, |e| e.seq);
     Ok(Json(EventPage { events, next_after }))
 }

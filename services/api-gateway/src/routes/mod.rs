@@ -58,6 +58,19 @@ pub async fn readable_task(
     task_with(state, caller, raw, Access::Read).await
 }
 
+/// The task `raw` names, if the caller may read it, and whether they created it (what only
+/// the creator gets, such as MCP login links, is kept from other readers).
+pub async fn read_task_as(
+    state: &AppState,
+    caller: &Owner,
+    raw: &str,
+) -> Result<(TaskId, bool), ApiError> {
+    let task_id: TaskId = parse_id(raw, "task")?;
+    let reach = maestro_db::tasks::reach(&state.pool, caller, task_id).await?;
+    check_access(reach.map(|(access, _)| access), Access::Read)?;
+    Ok((task_id, reach.is_some_and(|(_, creator)| creator)))
+}
+
 /// The task `raw` names, if the caller may act on it: comment, decide, cancel, continue (404
 /// when they may not see it, 403 when they may only read it).
 pub async fn actable_task(state: &AppState, caller: &Owner, raw: &str) -> Result<TaskId, ApiError> {

@@ -21,7 +21,6 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::json::ApiJson;
 use crate::state::AppState;
-use crate::validate;
 
 /// A schedule's name when none is given: its cron expression.
 const NAME_MAX_CHARS: usize = 200;
@@ -61,6 +60,9 @@ pub async fn create(
         instruction: task.instruction.clone(),
         piece: String::new(),
         model: None,
+        space_id: None,
+        visibility: Default::default(),
+        profile: maestro_domain::job::DEFAULT_PROFILE.to_owned(),
         overlap: Default::default(),
         missed: Default::default(),
         starts_at: None,
@@ -71,7 +73,7 @@ pub async fn create(
         created_at: now,
         updated_at: now,
     };
-    let schedule = apply(&state, blank, body, now)?;
+    let schedule = apply(&state, &owner, blank, body, now).await?;
     schedules::create(&state.pool, &owner, &schedule).await?;
     tracing::info!(schedule_id = %schedule.id, cron = %schedule.cron, next = ?schedule.next_fire_at, "schedule created");
     wake(&state).await;
@@ -100,7 +102,7 @@ pub async fn update(
     ApiJson(body): ApiJson<CreateSchedule>,
 ) -> Result<Json<ScheduleView>, ApiError> {
     let current = owned(&state, &owner, &id).await?;
-    let schedule = apply(&state, current, body, Utc::now())?;
+    let schedule = apply(&state, &owner, current, body, Utc::now()).await?;
     if !schedules::update(&state.pool, &owner, &schedule).await? {
         return Err(ApiError::NotFound("schedule"));
     }
@@ -161,7 +163,7 @@ async fn set_paused(
         paused: Some(paused),
         ..CreateSchedule::default()
     };
-    let schedule = apply(&state, current, change, Utc::now())?;
+    let schedule = apply(&state, &owner, current, change, Utc::now()).await?;
     if !schedules::update(&state.pool, &owner, &schedule).await? {
         return Err(ApiError::NotFound("schedule"));
     }
@@ -300,6 +302,9 @@ pub async fn run_now(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<ScheduleRun>), ApiError> {
     let schedule = owned(&state, &owner, &id).await?;
+    if let Some(space) = schedule.space_id {
+        super::tasks::space_for_task(&state, &owner, Some(space)).await?;
+    }
     let mut run = NewRun::new(schedule.id, Utc::now(), RunStatus::Started);
     run.manual = true;
     let max_attempts = state.settings.job_max_attempts;
@@ -313,11 +318,7 @@ pub async fn run_now(
         });
     };
     tracing::info!(schedule_id = %schedule.id, task_id = %started.task_id, "schedule run by hand");
-    let after = AfterCommit::new_job(
-        maestro_domain::job::DEFAULT_PROFILE,
-        started.task_id,
-        started.job_id,
-    );
+    let after = AfterCommit::new_job(&started.profile, started.task_id, started.job_id);
     state.bus.after_commit(after).await;
     let now = Utc::now();
     Ok((
@@ -350,14 +351,16 @@ async fn wake(state: &AppState) {
 }
 
 /// `schedule` with what `change` gives, checked, and its next fire time computed from
-/// `now` (none while paused or once its window is over).
-fn apply(
+/// `now` (none while paused or once its window is over). A template is resolved as a task
+/// created now by `owner` would be (its space's and piece's defaults).
+async fn apply(
     state: &AppState,
+    owner: &Owner,
     mut schedule: Schedule,
     change: CreateSchedule,
     now: DateTime<Utc>,
 ) -> Result<Schedule, ApiError> {
-    let settings = &state.settings;
+    let resolved = change.task.is_some();
     if let Some(name) = change.name {
         let name = name.trim();
         if name.is_empty() || name.chars().count() > NAME_MAX_CHARS {
@@ -373,15 +376,22 @@ fn apply(
         schedule.timezone = tz;
     }
     if let Some(task) = change.task {
-        schedule.instruction = validate::instruction(settings, &task.instruction)?;
-        schedule.piece = task
-            .piece
-            .unwrap_or_else(|| settings.selection.piece().to_owned());
-        validate::piece(settings, &schedule.piece, None)?;
-        if let Some(model) = &task.model {
-            validate::model(settings, model)?;
-        }
-        schedule.model = task.model;
+        let body = maestro_api::CreateTask {
+            instruction: task.instruction,
+            piece: task.piece,
+            start_movement: None,
+            model: task.model,
+            space_id: task.space_id,
+            visibility: task.visibility,
+            profile: task.profile,
+        };
+        let valid = super::tasks::resolve(state, owner, body).await?;
+        schedule.instruction = valid.instruction;
+        schedule.piece = valid.piece;
+        schedule.model = valid.model;
+        schedule.space_id = valid.space;
+        schedule.visibility = valid.visibility;
+        schedule.profile = valid.profile;
     }
     if let Some(overlap) = change.overlap {
         schedule.overlap = overlap;
@@ -397,6 +407,13 @@ fn apply(
     }
     if let Some(paused) = change.paused {
         schedule.paused = paused;
+    }
+    if let Some(space) = schedule.space_id
+        && !schedule.paused
+        && !resolved
+    {
+        // One who may no longer add tasks to the space does not start its schedules there.
+        super::tasks::space_for_task(state, owner, Some(space)).await?;
     }
     if let (Some(start), Some(end)) = (schedule.starts_at, schedule.ends_at)
         && start >= end
@@ -447,6 +464,9 @@ fn view(s: Schedule) -> ScheduleView {
             instruction: s.instruction,
             piece: Some(s.piece),
             model: s.model,
+            space_id: s.space_id,
+            visibility: Some(s.visibility),
+            profile: Some(s.profile),
         },
         overlap: s.overlap,
         missed: s.missed,

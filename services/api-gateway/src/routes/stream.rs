@@ -93,16 +93,15 @@ async fn open(
             .parse()
             .map_err(|e| ApiError::bad_request("invalid_cursor", format!("{e}")))?,
     };
-    super::check_access(
-        maestro_db::tasks::access(&state.pool, &owner, task_id).await?,
-        maestro_domain::Access::Read,
-    )?;
+    let reach = maestro_db::tasks::reach(&state.pool, &owner, task_id).await?;
+    super::check_access(reach.map(|(a, _)| a), maestro_domain::Access::Read)?;
+    let creator = reach.is_some_and(|(_, creator)| creator);
     if let Some(job) = job
         && !maestro_db::jobs::belongs_to(&state.pool, job, task_id).await?
     {
         return Err(ApiError::NotFound("job"));
     }
-    stream::open(state, task_id, last, Vec::new(), Raw { job }).await
+    stream::open(state, (task_id, creator), last, Vec::new(), Raw { job }).await
 }
 
 /// MAESTRO's own items: every event (of one job, for a per-job stream) as its kind, every

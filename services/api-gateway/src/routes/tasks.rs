@@ -31,15 +31,27 @@ struct CreateTaskForm {
     file: Vec<Vec<u8>>,
 }
 
-/// A validated [`CreateTask`].
-struct Valid {
-    instruction: String,
-    piece: String,
-    start_movement: Option<String>,
-    model: Option<String>,
-    space: Option<SpaceId>,
-    visibility: Visibility,
-    profile: String,
+/// A validated [`CreateTask`], its defaults filled in.
+pub(crate) struct Valid {
+    pub instruction: String,
+    pub piece: String,
+    pub start_movement: Option<String>,
+    pub model: Option<String>,
+    pub space: Option<SpaceId>,
+    pub visibility: Visibility,
+    pub profile: String,
+}
+
+/// What a task that `caller` asks for with `body` will be, whoever creates it (a person, an
+/// A2A client, a schedule): the space it names (checked as the caller's to add tasks to)
+/// and its piece give the defaults it leaves out.
+pub(crate) async fn resolve(
+    state: &AppState,
+    caller: &Owner,
+    body: CreateTask,
+) -> Result<Valid, ApiError> {
+    let space = space_for_task(state, caller, body.space_id).await?;
+    validate(state, body, space.as_ref())
 }
 
 /// Validate `body`; the space it names (when it names one, checked as the caller's to add
@@ -56,8 +68,10 @@ fn validate(
         .or_else(|| space.and_then(|s| s.default_piece.clone()))
         .unwrap_or_else(|| settings.selection.piece().to_owned());
     validate::piece(settings, &piece, body.start_movement.as_deref())?;
+    let of_piece = settings.catalog.get(&piece);
     let model = body
         .model
+        .or_else(|| of_piece.and_then(|p| p.model.clone()))
         .or_else(|| space.and_then(|s| s.default_model.clone()));
     if let Some(model) = &model {
         validate::model(settings, model)?;
@@ -86,7 +100,7 @@ fn validate(
     };
     let profile = body
         .profile
-        .or_else(|| settings.catalog.get(&piece).and_then(|p| p.profile.clone()))
+        .or_else(|| of_piece.and_then(|p| p.profile.clone()))
         .or_else(|| space.and_then(|s| s.profile.clone()))
         .unwrap_or_else(|| DEFAULT_PROFILE.to_owned());
     validate::profile(&profile)?;
@@ -115,7 +129,7 @@ fn validate(
 
 /// The space a new task names, if the caller may add tasks to it: 404 when they are not a
 /// member, 403 for a viewer, 409 when it is archived.
-async fn space_for_task(
+pub(crate) async fn space_for_task(
     state: &AppState,
     caller: &Owner,
     id: Option<SpaceId>,
@@ -167,8 +181,7 @@ pub async fn create(
     }: CreateBody,
 ) -> Result<Response, ApiError> {
     let key = validate::idempotency_key(&headers)?;
-    let space = space_for_task(&state, &owner, body.space_id).await?;
-    let valid = validate(&state, body, space.as_ref())?;
+    let valid = resolve(&state, &owner, body).await?;
     let space_id = valid.space.map(|s| s.to_string()).unwrap_or_default();
     let attached: Vec<String> = attachments
         .iter()
