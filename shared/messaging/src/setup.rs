@@ -124,12 +124,14 @@ pub async fn ensure_streams(
     for mut config in configs {
         config.num_replicas = settings.replicas.max(1);
         let name = config.name.clone();
-        js.create_or_update_stream(config)
-            .await
-            .map_err(|e| SetupError::Stream {
-                name,
-                source: e.into(),
-            })?;
+        patiently(&name, || async {
+            js.create_or_update_stream(config.clone())
+                .await
+                .map(|_| ())
+                .map_err(async_nats::Error::from)
+        })
+        .await
+        .map_err(|source| SetupError::Stream { name, source })?;
     }
     Ok(())
 }
@@ -328,14 +330,37 @@ async fn ensure_consumer(
         max_ack_pending: settings.max_ack_pending,
         ..Default::default()
     };
-    let stream = js
-        .get_stream(stream_name)
-        .await
-        .map_err(|e| err(e.into()))?;
     // Create-or-update: a consumer whose settings changed since the last start is updated.
-    let consumer = stream
-        .create_consumer(config)
-        .await
-        .map_err(|e| err(e.into()))?;
-    Ok(consumer)
+    patiently(name, || async {
+        let stream = js.get_stream(stream_name).await?;
+        Ok(stream.create_consumer(config.clone()).await?)
+    })
+    .await
+    .map_err(err)
+}
+
+/// How long start-up setup keeps trying: a cluster electing a leader (a node just died or
+/// came back) answers JetStream requests with timeouts for a few seconds.
+const SETUP_PATIENCE: Duration = Duration::from_secs(60);
+
+/// `attempt` until it succeeds, or [`SETUP_PATIENCE`] has passed (then its last error), with
+/// a growing pause between tries.
+async fn patiently<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, async_nats::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, async_nats::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + SETUP_PATIENCE;
+    let mut pause = Duration::from_millis(250);
+    loop {
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(e) if tokio::time::Instant::now() + pause < deadline => {
+                tracing::warn!(%what, error = %e, retry_in_ms = pause.as_millis() as u64, "JetStream setup failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(4));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

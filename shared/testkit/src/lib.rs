@@ -25,7 +25,7 @@ pub use client::{Client, OVER, Refused, SETTLED, WAIT};
 pub use db::TestDb;
 pub use history::{TaskExt, job_states, of_kind, state_change, tool_results};
 pub use llm::ScriptedLlm;
-pub use nats::NatsServer;
+pub use nats::{NatsServer, meta_leader, start_cluster, stream_leader};
 pub use otlp::{OtlpReceiver, OtlpSink, ReceivedSpan};
 pub use postgres::PgServer;
 pub use process::Process;

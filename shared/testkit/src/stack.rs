@@ -62,6 +62,9 @@ pub struct StackOptions {
     pub pieces: Vec<(String, String)>,
     /// The worker's instance name, when not `worker`.
     pub worker_name: Option<String>,
+    /// NATS as a JetStream cluster of this many nodes (`STREAM_REPLICAS` set to match, up to
+    /// 3; every service given every node's URL) instead of one server.
+    pub nats_nodes: usize,
 }
 
 impl StackOptions {
@@ -75,7 +78,14 @@ impl StackOptions {
             policy: None,
             pieces: Vec::new(),
             worker_name: None,
+            nats_nodes: 1,
         }
+    }
+
+    /// NATS as a JetStream cluster of `nodes` nodes ([`StackOptions::nats_nodes`]).
+    pub fn nats_cluster(mut self, nodes: usize) -> Self {
+        self.nats_nodes = nodes.max(1);
+        self
     }
 
     /// Write the pieces and the policy into `dir`; the environment that points at them.
@@ -143,7 +153,10 @@ pub struct Stack {
     pub db: TestDb,
     /// The test's own PostgreSQL server, with [`StackOptions::private_postgres`].
     pub postgres: Option<PgServer>,
+    /// The NATS server; with [`StackOptions::nats_cluster`], the cluster's first node.
     pub nats: NatsServer,
+    /// The cluster's other nodes (none with a single server).
+    pub nats_peers: Vec<NatsServer>,
     pub llm: ScriptedLlm,
     pub prefix: String,
     /// Bearer token of owner `alice`.
@@ -181,8 +194,23 @@ impl Stack {
             Some(server) => server.admin_url.clone(),
             None => TestDb::shared_admin_url(),
         };
-        let (db, nats) =
-            tokio::try_join!(TestDb::create_on(&admin_url), NatsServer::start(dir.path()))?;
+        let nats_nodes = options.nats_nodes;
+        let servers = async {
+            if nats_nodes > 1 {
+                crate::nats::start_cluster(dir.path(), nats_nodes).await
+            } else {
+                Ok(vec![NatsServer::start(dir.path()).await?])
+            }
+        };
+        let (db, mut servers) = tokio::try_join!(TestDb::create_on(&admin_url), servers)?;
+        let nats = servers.remove(0);
+        let nats_peers = servers;
+        let nats_url = std::iter::once(&nats)
+            .chain(&nats_peers)
+            .map(|n| n.url.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let replicas = nats_nodes.min(3).to_string();
         let llm = ScriptedLlm::start_with(
             &options.scenarios,
             dir.path(),
@@ -197,7 +225,8 @@ impl Stack {
         let other_token = "test-token-bob".to_owned();
         let mut env: Vec<(String, String)> = [
             ("DATABASE_URL", db.url.as_str()),
-            ("NATS_URL", nats.url.as_str()),
+            ("NATS_URL", nats_url.as_str()),
+            ("STREAM_REPLICAS", replicas.as_str()),
             ("SUBJECT_PREFIX", prefix.as_str()),
             ("LLM_BASE_URL", llm.base_url.as_str()),
             ("LLM_MODEL", "scripted"),
@@ -226,6 +255,7 @@ impl Stack {
             db,
             postgres,
             nats,
+            nats_peers,
             llm,
             prefix,
             token,
@@ -292,6 +322,43 @@ impl Stack {
         self.start(service, instance, &[])
             .await
             .unwrap_or_else(|e| panic!("{instance} starts: {e:#}"));
+    }
+
+    /// Every NATS node (one without a cluster).
+    pub fn nats_nodes(&self) -> Vec<&NatsServer> {
+        std::iter::once(&self.nats)
+            .chain(&self.nats_peers)
+            .collect()
+    }
+
+    /// The NATS node named `name` (`n0`, `n1`, … in a cluster).
+    pub fn nats_node(&mut self, name: &str) -> &mut NatsServer {
+        std::iter::once(&mut self.nats)
+            .chain(&mut self.nats_peers)
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no NATS node {name}"))
+    }
+
+    /// The cluster's JetStream meta leader's name.
+    pub async fn nats_meta_leader(&self) -> anyhow::Result<String> {
+        crate::nats::meta_leader(&self.nats_nodes()).await
+    }
+
+    /// The name of the node leading the stream of `role` (`JOBS`, `EVENTS`, …).
+    pub async fn nats_stream_leader(&self, role: &str) -> anyhow::Result<String> {
+        let stream = maestro_messaging::Subjects::new(&self.prefix)?.stream(role);
+        crate::nats::stream_leader(&self.nats_nodes(), &stream).await
+    }
+
+    /// The base URL of gateway instance `instance`.
+    pub fn gateway_url(&self, instance: &str) -> String {
+        let addr = self
+            .processes
+            .iter()
+            .find(|p| p.name == instance)
+            .and_then(Process::addr)
+            .unwrap_or_else(|| panic!("{instance} announced no address"));
+        format!("http://{addr}")
     }
 
     /// The process of a running instance.

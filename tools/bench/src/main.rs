@@ -3,7 +3,8 @@
 //! own, the scripted LLM answering at once — and prints throughput, end-to-end latency
 //! (request sent → `succeeded` event received on NATS) and Postgres commits per job.
 //!
-//! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C]`
+//! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C] [--cluster N]`
+//! (`--cluster 3`: the same load on one nats-server and on a 3-node JetStream cluster, R3)
 //!
 //! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`),
 //! `maestro-bench sse [--clients N]` token-to-client latency and the gateway's cost (`sse.rs`),

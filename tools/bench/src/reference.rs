@@ -21,6 +21,9 @@ pub struct Args {
     pub warmup: usize,
     /// Export every service's spans to an OTLP receiver in the bench (`--export-traces`).
     pub export_traces: bool,
+    /// `--cluster N`: run the same load on one nats-server and then on an N-node JetStream
+    /// cluster (streams with min(N, 3) replicas), and print both.
+    pub cluster: Option<usize>,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
@@ -29,6 +32,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         concurrency: 64,
         warmup: 100,
         export_traces: false,
+        cluster: None,
     };
     while let Some(flag) = it.next() {
         if flag == "--export-traces" {
@@ -40,9 +44,10 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             "--jobs" => args.jobs = value.parse()?,
             "--concurrency" => args.concurrency = value.parse()?,
             "--warmup" => args.warmup = value.parse()?,
+            "--cluster" => args.cluster = Some(value.parse()?),
             other => {
                 anyhow::bail!(
-                    "unknown flag {other}; flags: --jobs N --concurrency C --warmup N --export-traces"
+                    "unknown flag {other}; flags: --jobs N --concurrency C --warmup N --export-traces --cluster N"
                 )
             }
         }
@@ -55,6 +60,9 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(nodes) = args.cluster {
+        return side_by_side(&args, nodes).await;
+    }
     let receiver = match args.export_traces {
         true => Some(maestro_testkit::OtlpSink::start().await),
         false => None,
@@ -73,6 +81,39 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     bench.stages(figures.from).await
+}
+
+/// The same load on one nats-server, then on a cluster of `nodes`: each measured after its
+/// own warm-up, on a stack of its own.
+async fn side_by_side(args: &Args, nodes: usize) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for nodes in [1, nodes] {
+        let label = match nodes {
+            1 => "one nats-server".to_owned(),
+            n => format!("{n}-node JetStream cluster, R{}", n.min(3)),
+        };
+        println!("== {label}");
+        let bench = Bench::start_on(None, nodes).await?;
+        bench.jobs(args.warmup, args.concurrency).await?;
+        let figures = bench.measure(args.jobs, args.concurrency).await?;
+        figures.print();
+        rows.push((label, figures));
+    }
+    println!(
+        "\n| NATS ({} jobs, {} at a time) | jobs/s | p50 ms | p99 ms | CPU ms/job |",
+        args.jobs, args.concurrency
+    );
+    println!("|---|---|---|---|---|");
+    for (label, f) in &rows {
+        println!(
+            "| {label} | {:.0} | {:.1} | {:.1} | {:.2} |",
+            f.jobs_per_s(),
+            f.pct(0.5),
+            f.pct(0.99),
+            f.per_job(f.cpu_ms)
+        );
+    }
+    Ok(())
 }
 
 /// The reference job: LLM call (text + a `list_files` call) → the tool → LLM call (`complete`).
@@ -166,7 +207,13 @@ impl Bench {
 
     /// [`Bench::start`], the services exporting their spans to `otlp` when given.
     pub async fn start_with(otlp: Option<&str>) -> anyhow::Result<Self> {
+        Self::start_on(otlp, 1).await
+    }
+
+    /// [`Bench::start_with`] on a JetStream cluster of `nats_nodes` (one server: 1).
+    pub async fn start_on(otlp: Option<&str>, nats_nodes: usize) -> anyhow::Result<Self> {
         let mut options = StackOptions::new(scenario())
+            .nats_cluster(nats_nodes)
             // `BENCH_RUST_LOG=info TEST_LOG=1` keeps the services' logs.
             .env(
                 "RUST_LOG",

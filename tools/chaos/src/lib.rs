@@ -21,6 +21,9 @@ use anyhow::Context as _;
 use maestro_testkit::{Service, Stack, StackOptions};
 use serde_json::{Value, json};
 
+mod cluster;
+pub use cluster::{ClusterOptions, ClusterReport, run_cluster};
+
 /// How much chaos.
 #[derive(Debug, Clone)]
 pub struct ChaosOptions {
@@ -282,7 +285,7 @@ pub async fn run(options: ChaosOptions) -> anyhow::Result<ChaosReport> {
     // Spread the jobs over the expected length of the chaos (about 1.5 s per disruption).
     let spacing =
         Duration::from_millis((options.actions as u64 * 1500) / options.jobs.max(1) as u64);
-    let creator = tokio::spawn(create_tasks(base, token, options.jobs, spacing));
+    let creator = tokio::spawn(create_tasks(vec![base], token, options.jobs, spacing));
 
     let mut report = ChaosReport {
         jobs: options.jobs,
@@ -377,8 +380,9 @@ async fn check_effects(
 }
 
 /// Create `n` tasks, each with its own idempotency key, retrying each until it is answered.
+/// Several gateways (`bases`) take turns, and a create that fails is retried on the next.
 async fn create_tasks(
-    base: String,
+    bases: Vec<String>,
     token: String,
     n: usize,
     spacing: Duration,
@@ -386,31 +390,45 @@ async fn create_tasks(
     let http = maestro_testkit::http_client();
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let id = loop {
-            let response = http
-                .post(format!("{base}/api/local/tasks"))
-                .bearer_auth(&token)
-                .header("idempotency-key", format!("chaos-{i}"))
-                .timeout(Duration::from_secs(15))
-                .json(&json!({"instruction": format!("chaos job {i}")}))
-                .send()
-                .await;
-            if let Ok(response) = response
-                && response.status().is_success()
-                && let Ok(task) = response.json::<Value>().await
-                && let Some(id) = task["id"].as_str()
-            {
-                break id.to_owned();
-            }
-            anyhow::ensure!(Instant::now() < deadline, "task {i} was never accepted");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
-        interject(&http, &base, &token, &id, i).await;
-        ids.push(id);
+        ids.push(create_task(&http, &bases, &token, i).await?);
         tokio::time::sleep(spacing).await;
     }
     Ok(ids)
+}
+
+/// Create task `i` (idempotency key `chaos-<i>`) through one of `bases`, retried on the next
+/// until it is answered, and comment on it at once (an interjection).
+async fn create_task(
+    http: &reqwest::Client,
+    bases: &[String],
+    token: &str,
+    i: usize,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut turn = i;
+    let (id, base) = loop {
+        let base = &bases[turn % bases.len()];
+        turn += 1;
+        let response = http
+            .post(format!("{base}/api/local/tasks"))
+            .bearer_auth(token)
+            .header("idempotency-key", format!("chaos-{i}"))
+            .timeout(Duration::from_secs(15))
+            .json(&json!({"instruction": format!("chaos job {i}")}))
+            .send()
+            .await;
+        if let Ok(response) = response
+            && response.status().is_success()
+            && let Ok(task) = response.json::<Value>().await
+            && let Some(id) = task["id"].as_str()
+        {
+            break (id.to_owned(), base);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "task {i} was never accepted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    interject(http, base, token, &id, i).await;
+    Ok(id)
 }
 
 /// Comment on a task just created, so it arrives while the job is queued or running: an
