@@ -253,3 +253,90 @@ async fn calls_outside_the_policy_are_refused_and_read_only_results_are_reused()
     );
     assert!(stack.workspace(id).join("a.txt").exists(), "rm never ran");
 }
+
+/// A ledgered request straight to the tool-runners, as a worker of claim `attempt` sends it:
+/// the reply's `(ok, not_run)`.
+async fn send_ledgered(
+    nats: &async_nats::Client,
+    stack: &Stack,
+    (url, operation_id, attempt): (&str, &str, i32),
+) -> (bool, bool) {
+    let request = maestro_domain::tools::ToolExecRequest {
+        task_id: TaskId::new(),
+        job_id: maestro_domain::JobId::new(),
+        call_id: "call_1".into(),
+        operation_id: operation_id.into(),
+        tool: "http_fetch".into(),
+        arguments: json!({"url": url, "method": "POST"}),
+        timeout_ms: 5000,
+        network: true,
+        allowed_hosts: vec!["127.0.0.1".into()],
+        ledgered: true,
+        mcp: None,
+        attempt,
+    };
+    let payload = serde_json::to_vec(&request).expect("json");
+    let reply = nats
+        .request(format!("{}.tools.exec", stack.prefix), payload.into())
+        .await
+        .expect("a tool-runner answers");
+    let reply: maestro_domain::tools::ToolExecReply =
+        serde_json::from_slice(&reply.payload).expect("a reply");
+    (reply.ok, reply.not_run)
+}
+
+/// However often a ledgered call is sent — twice at once to two tool-runners, again by the
+/// same claim, by an earlier claim that woke up late, after it is done — it runs once; a
+/// later claim runs a call an earlier one only started (a person said it did not happen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledgered_call_runs_once_however_often_and_by_whom_it_is_sent() {
+    let (url, count) = counter(Duration::from_millis(300)).await;
+    let mut options = StackOptions::new(json!({"scenarios": []}));
+    options.services = vec![Service::ToolRunner];
+    let mut stack = Stack::up(options).await;
+    stack.add(Service::ToolRunner, "tool-runner-2").await;
+    let nats = stack.nats.client().await.expect("NATS");
+
+    let (first, second) = tokio::join!(
+        send_ledgered(&nats, &stack, (&url, "op-race", 1)),
+        send_ledgered(&nats, &stack, (&url, "op-race", 1)),
+    );
+    let mut replies = [first, second];
+    replies.sort();
+    assert_eq!(
+        replies,
+        [(false, true), (true, false)],
+        "one ran, one was refused"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    for attempt in [1, 2] {
+        let again = send_ledgered(&nats, &stack, (&url, "op-race", attempt)).await;
+        assert_eq!(
+            again,
+            (false, true),
+            "done: not run again by claim {attempt}"
+        );
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+
+    // Started by claim 2 and never finished (its tool-runner died): claims 1 and 2 do not
+    // run it, claim 3 does, once.
+    let started = json!({"state": "running", "attempt": 2}).to_string();
+    let js = async_nats::jetstream::new(nats.clone());
+    js.publish(
+        format!("{}.operations.op-lost", stack.prefix),
+        started.into(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("stored");
+    for attempt in [1, 2] {
+        let stale = send_ledgered(&nats, &stack, (&url, "op-lost", attempt)).await;
+        assert_eq!(stale, (false, true), "claim {attempt} does not run it");
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    let later = send_ledgered(&nats, &stack, (&url, "op-lost", 3)).await;
+    assert_eq!(later, (true, false), "a later claim runs it");
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+}

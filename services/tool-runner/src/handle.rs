@@ -42,7 +42,7 @@ impl Server {
         };
         let ledgered = request.ledgered.then(|| request.operation_id.clone());
         if let Some(operation_id) = &ledgered
-            && let Err(not_run) = self.record_start(operation_id).await
+            && let Err(not_run) = self.record_start(operation_id, request.attempt).await
         {
             return not_run;
         }
@@ -86,26 +86,41 @@ impl Server {
         }
     }
 
-    /// Record that a ledgered operation starts; `Err` is the reply when that fails (the call
-    /// is not run).
-    async fn record_start(&self, operation_id: &str) -> Result<(), ToolExecReply> {
-        let started = serde_json::to_vec(&OperationRecord::Running).unwrap_or_default();
+    /// Record that a ledgered operation starts for claim `attempt`; `Err` is the reply when
+    /// it must not run: its start cannot be recorded, or it was started already by this claim
+    /// or a later one, or it is done ([`OperationRecord::admits`]). The start is recorded only
+    /// over the record that was read, so of two tool-runners racing to start it one wins.
+    async fn record_start(&self, operation_id: &str, attempt: i32) -> Result<(), ToolExecReply> {
+        let not_run = |why: String| {
+            tracing::warn!(operation_id, attempt, %why, "not running a ledgered call");
+            Err(ToolExecReply {
+                ok: false,
+                output: format!("operation {operation_id} was not run: {why}"),
+                not_run: true,
+            })
+        };
+        let last = match self.outcomes.last(operation_id).await {
+            Ok(last) => last,
+            Err(e) => return not_run(format!("its record cannot be read ({e})")),
+        };
+        let after = match &last {
+            None => 0,
+            Some((seq, bytes)) => match serde_json::from_slice::<OperationRecord>(bytes) {
+                Ok(record) if record.admits(attempt) => *seq,
+                Ok(record) => {
+                    return not_run(format!("it was started or done already ({record:?})"));
+                }
+                Err(e) => return not_run(format!("its record is unreadable ({e})")),
+            },
+        };
+        let started = serde_json::to_vec(&OperationRecord::Running { attempt }).unwrap_or_default();
         match self
             .outcomes
-            .record(operation_id, Bytes::from(started))
+            .record_after(operation_id, after, Bytes::from(started))
             .await
         {
             Ok(()) => Ok(()),
-            Err(e) => {
-                tracing::warn!(error = %e, operation_id, "cannot record the operation's start; not running it");
-                Err(ToolExecReply {
-                    ok: false,
-                    output: format!(
-                        "the start of operation {operation_id} could not be recorded; it was not run"
-                    ),
-                    not_run: true,
-                })
-            }
+            Err(e) => not_run(format!("its start could not be recorded ({e})")),
         }
     }
 

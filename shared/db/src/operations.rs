@@ -43,15 +43,23 @@ pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Operation>, DbError> 
     }))
 }
 
-/// Record that the operation is about to run. Starting it again (a person said the earlier
-/// run did not happen) keeps the row and moves its start time and attempt forward.
-pub async fn start(pool: &PgPool, op: NewOperation<'_>) -> Result<(), DbError> {
-    sqlx::query!(
+/// Record that the operation is about to run, fenced by the job's claim: `Err(Fenced)`
+/// (nothing written) when the job is no longer held by claim `op.attempt` — a worker whose
+/// lease ran out while it was stopped must not start the call. Starting it again (a person
+/// said the earlier run did not happen) keeps the row and moves its start time and attempt
+/// forward.
+pub async fn start(
+    pool: &PgPool,
+    op: NewOperation<'_>,
+) -> Result<Result<(), crate::jobs::Fenced>, DbError> {
+    let row = sqlx::query_scalar!(
         r#"
         INSERT INTO operations (id, job_id, call_id, tool, arguments, status, attempt)
-        VALUES ($1, $2, $3, $4, $5, 'started', $6)
+        SELECT $1, $2, $3, $4, $5, 'started', $6
+          FROM jobs WHERE id = $2 AND attempt = $6 AND status = 'running'
         ON CONFLICT (id) DO UPDATE SET started_at = now(), attempt = EXCLUDED.attempt
          WHERE operations.status = 'started'
+        RETURNING 1 AS "one!"
         "#,
         op.id,
         op.job_id.0,
@@ -60,9 +68,9 @@ pub async fn start(pool: &PgPool, op: NewOperation<'_>) -> Result<(), DbError> {
         op.arguments,
         op.attempt
     )
-    .execute(pool)
+    .fetch_optional(pool)
     .await?;
-    Ok(())
+    Ok(row.map(|_| ()).ok_or(crate::jobs::Fenced(op.job_id)))
 }
 
 /// Record the outcome of a started operation.

@@ -411,6 +411,11 @@ pub struct ToolExecRequest {
     /// For an MCP tool (`mcp__<server>__<tool>`): the server to run it on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<McpTarget>,
+    /// The job's claim that sends it (its fence): a tool-runner runs a ledgered call for a
+    /// later claim than the one that started it (a person said the earlier run did not
+    /// happen), never again for the same or an earlier one.
+    #[serde(default)]
+    pub attempt: i32,
 }
 
 /// Read one file of a task's workspace for its owner (`<prefix>.tools.files.read`,
@@ -504,12 +509,49 @@ pub struct ToolExecReply {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum OperationRecord {
-    Running,
-    Done { ok: bool, output: String },
+    /// Started by the job's claim `attempt`.
+    Running {
+        #[serde(default)]
+        attempt: i32,
+    },
+    Done {
+        ok: bool,
+        output: String,
+    },
+}
+
+impl OperationRecord {
+    /// Whether a request of claim `attempt` may run the operation whose latest record is
+    /// `self`: never once it is done; again only for a later claim (a person said the run
+    /// of an earlier claim did not happen). A repeat from the same claim, or one from an
+    /// earlier claim that woke up after the job moved on, does not run it twice.
+    pub fn admits(&self, attempt: i32) -> bool {
+        match self {
+            OperationRecord::Running { attempt: started } => attempt > *started,
+            OperationRecord::Done { .. } => false,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::OperationRecord;
+
+    #[test]
+    fn an_operation_runs_again_only_for_a_later_claim_and_never_once_done() {
+        let running = OperationRecord::Running { attempt: 2 };
+        assert!(!running.admits(1), "an earlier claim that woke up late");
+        assert!(!running.admits(2), "the same claim again");
+        assert!(running.admits(3), "a later claim after a person's answer");
+        let done = OperationRecord::Done {
+            ok: true,
+            output: "x".into(),
+        };
+        assert!(!done.admits(9));
+        let old: OperationRecord = serde_json::from_str(r#"{"state":"running"}"#).expect("old");
+        assert_eq!(old, OperationRecord::Running { attempt: 0 });
+    }
+
     #[test]
     fn only_plain_registry_packages_pass() {
         assert!(check_package("pip", "six", Some("1.16.0")).is_ok());

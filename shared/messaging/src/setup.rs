@@ -184,6 +184,45 @@ impl OperationOutcomes {
         Ok(())
     }
 
+    /// The latest record of an operation with its stream sequence, if any.
+    pub async fn last(
+        &self,
+        operation_id: &str,
+    ) -> Result<Option<(u64, bytes::Bytes)>, async_nats::Error> {
+        let stream = self.js.get_stream(&self.stream).await?;
+        match stream
+            .get_last_raw_message_by_subject(&self.subject(operation_id))
+            .await
+        {
+            Ok(message) => Ok(Some((message.sequence, message.payload))),
+            Err(e) if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Record `outcome` only if the operation's latest record is still the one at stream
+    /// sequence `after` (0: none): of two that race to record, one wins and the other gets an
+    /// error (JetStream's expected-last-subject-sequence check).
+    pub async fn record_after(
+        &self,
+        operation_id: &str,
+        after: u64,
+        outcome: bytes::Bytes,
+    ) -> Result<(), async_nats::Error> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            after.to_string().as_str(),
+        );
+        self.js
+            .publish_with_headers(self.subject(operation_id), headers, outcome)
+            .await?
+            .await?;
+        Ok(())
+    }
+
     /// The recorded outcome, if any.
     pub async fn get(&self, operation_id: &str) -> Result<Option<bytes::Bytes>, async_nats::Error> {
         let stream = self.js.get_stream(&self.stream).await?;

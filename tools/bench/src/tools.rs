@@ -25,6 +25,7 @@ pub async fn run(calls: usize) -> anyhow::Result<()> {
         tool: tool.to_owned(),
         arguments,
         timeout_ms: 10_000,
+        attempt: 0,
         network: false,
         allowed_hosts: Vec::new(),
         ledgered: false,

@@ -29,6 +29,7 @@ pub async fn place(shared: &Shared, claim: &Claimed) -> Result<(), String> {
                 "content_base64": base64::engine::general_purpose::STANDARD.encode(&data),
             }),
             timeout_ms: 30_000,
+            attempt: 0,
             network: false,
             allowed_hosts: Vec::new(),
             ledgered: false,

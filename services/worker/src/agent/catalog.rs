@@ -72,6 +72,7 @@ async fn workspace_context(shared: &Shared, workspace: TaskId, job_id: JobId) ->
         tool: tools::WORKSPACE_CONTEXT.to_owned(),
         arguments: serde_json::json!({}),
         timeout_ms: 5_000,
+        attempt: 0,
         network: false,
         allowed_hosts: Vec::new(),
         ledgered: false,

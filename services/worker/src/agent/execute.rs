@@ -77,7 +77,11 @@ impl JobRun<'_> {
                 arguments: &arguments,
                 attempt: self.fence.attempt,
             };
-            operations::start(&self.shared.pool, op).await?;
+            // Fenced: a worker that lost the job (its lease ran out while it was stopped) does
+            // not start the call; the one that holds it now decides what became of it.
+            operations::start(&self.shared.pool, op)
+                .await?
+                .map_err(|fenced| CallError::Job(fenced.into()))?;
         }
         let request = self.request(call, spec, arguments, &operation_id, ledgered);
         let reply = self.send(&request).await?;
@@ -146,6 +150,7 @@ impl JobRun<'_> {
             },
             arguments,
             timeout_ms: self.shared.settings.tool_timeout.as_millis() as u64,
+            attempt: self.fence.attempt,
             network: policy.network || install,
             allowed_hosts: policy.allowed_hosts.clone(),
             ledgered,
