@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use maestro_testkit::{Next, Service, SseClient, Stack, StackOptions};
+use maestro_testkit::{Next, Service, SseClient, Stack};
 use serde_json::{Value, json};
 
-use super::{ChaosReport, LEASE, check, check_effects, create_task, scenarios, settle};
+use super::{ChaosReport, check, check_effects, create_task, settle};
 
 /// How much load.
 #[derive(Debug, Clone)]
@@ -113,23 +113,8 @@ pub async fn run_cluster(options: ClusterOptions) -> anyhow::Result<ClusterRepor
     let ports = [free_port()?, free_port()?];
     let (counter_url, effects) = super::side_effect_counter().await?;
     let (hook_url, hooks) = webhook_sink().await?;
-    let policy = std::env::temp_dir().join(format!("maestro-chaos-policy-{}.json", ports[0]));
-    std::fs::write(
-        &policy,
-        json!({"network": true, "allowed_hosts": ["127.0.0.1"]}).to_string(),
-    )?;
-    let mut stack_options = StackOptions::new(scenarios(&counter_url))
-        .nats_cluster(3)
-        .private_postgres()
-        .env("WORKSPACE_POLICY", &policy.display().to_string())
-        .env("JOB_ACK_WAIT_MS", &LEASE.as_millis().to_string())
-        .env("JOB_MAX_ATTEMPTS", "25")
-        .env("JOB_MAX_DELIVER", "100")
-        .env("REDISPATCH_GRACE_MS", "1500")
-        .env("RETRY_BASE_MS", "200")
-        .env("RETRY_MAX_MS", "1000")
-        .env("SHUTDOWN_GRACE_MS", "200")
-        .env("TOOL_TIMEOUT_MS", "3000");
+    let (stack_options, policy) = super::stack_options(&counter_url, ports[0])?;
+    let mut stack_options = stack_options.nats_cluster(3);
     stack_options.services = Vec::new();
     let mut stack = Stack::spawn(stack_options).await?;
     for (service, instance) in COPIES {
@@ -243,51 +228,22 @@ async fn faults(
     options: &ClusterOptions,
     (done, report): (&mut Vec<String>, &mut ChaosReport),
 ) -> anyhow::Result<()> {
+    let brief = Duration::from_secs(2);
     tokio::time::sleep(Duration::from_secs(3)).await;
     // The JOBS stream's leader, and with it a gateway (its SSE clients move) and a worker.
     let leader = stack.nats_stream_leader("JOBS").await?;
-    stack.nats_node(&leader).kill().await;
-    stack.kill("gateway-1").await;
-    stack.kill("worker-1").await;
-    done.push(format!(
-        "killed {leader} (JOBS leader), gateway-1, worker-1"
-    ));
-    report.nats_restarts += 1;
-    report.kills += 2;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stack.nats_node(&leader).restart().await?;
-    restart(stack, ports, &["gateway-1", "worker-1"]).await?;
+    let with = ["gateway-1", "worker-1"];
+    done.push(outage(stack, ports, (&leader, "JOBS leader"), &with, brief, report).await?);
     tokio::time::sleep(Duration::from_secs(3)).await;
     // The meta leader, with a scheduler, a notifier and a tool-runner.
     let meta = stack.nats_meta_leader().await?;
-    stack.nats_node(&meta).kill().await;
-    for instance in ["scheduler-1", "notifier-1", "tool-runner-1"] {
-        stack.kill(instance).await;
-    }
-    done.push(format!(
-        "killed {meta} (meta leader), scheduler-1, notifier-1, tool-runner-1"
-    ));
-    report.nats_restarts += 1;
-    report.kills += 3;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stack.nats_node(&meta).restart().await?;
-    restart(
-        stack,
-        ports,
-        &["scheduler-1", "notifier-1", "tool-runner-1"],
-    )
-    .await?;
+    let with = ["scheduler-1", "notifier-1", "tool-runner-1"];
+    done.push(outage(stack, ports, (&meta, "meta leader"), &with, brief, report).await?);
     tokio::time::sleep(Duration::from_secs(3)).await;
     // A whole node, for a while: the EVENTS stream's leader.
     let node = stack.nats_stream_leader("EVENTS").await?;
-    stack.nats_node(&node).kill().await;
-    done.push(format!(
-        "{node} (EVENTS leader) down for {} s",
-        options.node_down.as_secs()
-    ));
-    tokio::time::sleep(options.node_down).await;
-    stack.nats_node(&node).restart().await?;
-    report.nats_restarts += 1;
+    let down = options.node_down;
+    done.push(outage(stack, ports, (&node, "EVENTS leader"), &[], down, report).await?);
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Postgres, once.
     let postgres = stack.postgres.as_ref().context("a private Postgres")?;
@@ -297,6 +253,29 @@ async fn faults(
     done.push("restarted Postgres".to_owned());
     report.postgres_restarts += 1;
     Ok(())
+}
+
+/// SIGKILL NATS node `node` (`role` says why it was chosen) and the copies `with`, bring them
+/// back after `down`; what was done, in words.
+async fn outage(
+    stack: &mut Stack,
+    ports: &[u16; 2],
+    (node, role): (&str, &str),
+    with: &[&str],
+    down: Duration,
+    report: &mut ChaosReport,
+) -> anyhow::Result<String> {
+    stack.nats_node(node).kill().await;
+    for instance in with {
+        stack.kill(instance).await;
+    }
+    tokio::time::sleep(down).await;
+    stack.nats_node(node).restart().await?;
+    restart(stack, ports, with).await?;
+    report.nats_restarts += 1;
+    report.kills += with.len();
+    let also = with.iter().map(|i| format!(", {i}")).collect::<String>();
+    Ok(format!("{node} ({role}) down {} s{also}", down.as_secs()))
 }
 
 /// What one SSE client saw of one task.

@@ -246,21 +246,21 @@ const INSTANCES: [(Service, &str); 6] = [
 ];
 const LEASE: Duration = Duration::from_secs(2);
 
-/// Run the harness.
-pub async fn run(options: ChaosOptions) -> anyhow::Result<ChaosReport> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let (counter_url, effects) = side_effect_counter().await?;
-    let policy = std::env::temp_dir().join(format!("maestro-chaos-policy-{port}.json"));
+/// The stack both forms run: the chaos scenario against `counter_url`, a policy that reaches
+/// it (written to a file named by `tag`, returned to be removed), a private Postgres, a short
+/// lease and quick retries.
+fn stack_options(
+    counter_url: &str,
+    tag: u16,
+) -> anyhow::Result<(StackOptions, std::path::PathBuf)> {
+    let policy = std::env::temp_dir().join(format!("maestro-chaos-policy-{tag}.json"));
     std::fs::write(
         &policy,
         json!({"network": true, "allowed_hosts": ["127.0.0.1"]}).to_string(),
     )?;
-    let mut stack_options = StackOptions::new(scenarios(&counter_url))
+    let options = StackOptions::new(scenarios(counter_url))
         .env("WORKSPACE_POLICY", &policy.display().to_string())
         .private_postgres()
-        .env("GATEWAY_ADDR", &format!("127.0.0.1:{port}"))
         .env("JOB_ACK_WAIT_MS", &LEASE.as_millis().to_string())
         .env("JOB_MAX_ATTEMPTS", "25")
         .env("JOB_MAX_DELIVER", "100")
@@ -269,6 +269,17 @@ pub async fn run(options: ChaosOptions) -> anyhow::Result<ChaosReport> {
         .env("RETRY_MAX_MS", "1000")
         .env("SHUTDOWN_GRACE_MS", "200")
         .env("TOOL_TIMEOUT_MS", "3000");
+    Ok((options, policy))
+}
+
+/// Run the harness.
+pub async fn run(options: ChaosOptions) -> anyhow::Result<ChaosReport> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let (counter_url, effects) = side_effect_counter().await?;
+    let (stack_options, policy) = stack_options(&counter_url, port)?;
+    let mut stack_options = stack_options.env("GATEWAY_ADDR", &format!("127.0.0.1:{port}"));
     stack_options.services = vec![
         Service::ApiGateway,
         Service::Scheduler,
