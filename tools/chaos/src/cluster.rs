@@ -110,20 +110,20 @@ const COPIES: [(Service, &str); 11] = [
 
 /// Run the cluster form.
 pub async fn run_cluster(options: ClusterOptions) -> anyhow::Result<ClusterReport> {
-    let ports = [free_port()?, free_port()?];
     let (counter_url, effects) = super::side_effect_counter().await?;
     let (hook_url, hooks) = webhook_sink().await?;
-    let (stack_options, policy) = super::stack_options(&counter_url, ports[0])?;
+    let tag = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let (stack_options, policy) = super::stack_options(&counter_url, tag)?;
     let mut stack_options = stack_options.nats_cluster(3);
     stack_options.services = Vec::new();
     let mut stack = Stack::spawn(stack_options).await?;
+    let gateways: Gateways = Arc::new(Mutex::new(vec![String::new(); 2]));
     for (service, instance) in COPIES {
-        start(&mut stack, &ports, service, instance).await?;
+        start(&mut stack, &gateways, service, instance).await?;
     }
-    let bases: Vec<String> = ports
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
+    let bases = gateways.lock().expect("lock").clone();
     let token = stack.token.clone();
     let http = maestro_testkit::http_client();
     let webhook = http
@@ -143,16 +143,17 @@ pub async fn run_cluster(options: ClusterOptions) -> anyhow::Result<ClusterRepor
     let span = Duration::from_secs(14) + options.node_down;
     let spacing = span / options.jobs.max(1) as u32;
     let load = {
-        let (bases, token) = (bases.clone(), token.clone());
+        let (gateways, token) = (gateways.clone(), token.clone());
         let jobs = options.jobs;
         tokio::spawn(async move {
             let http = maestro_testkit::http_client();
             let mut ids = Vec::with_capacity(jobs);
             let mut watchers = Vec::new();
             for i in 0..jobs {
+                let bases = gateways.lock().expect("lock").clone();
                 let id = create_task(&http, &bases, &token, i).await?;
                 if i % 3 == 0 {
-                    let watch = watch(http.clone(), bases.clone(), token.clone(), id.clone(), i);
+                    let watch = watch(http.clone(), gateways.clone(), token.clone(), id.clone(), i);
                     watchers.push(tokio::spawn(watch));
                 }
                 ids.push(id);
@@ -165,7 +166,7 @@ pub async fn run_cluster(options: ClusterOptions) -> anyhow::Result<ClusterRepor
     let mut report = ClusterReport::default();
     let started = Instant::now();
     let record = (&mut report.faults, &mut report.base);
-    faults(&mut stack, &ports, &options, record).await?;
+    faults(&mut stack, &gateways, &options, record).await?;
     report.base.chaos_duration = started.elapsed();
     let calm = Instant::now();
     let (accepted, watchers) = load.await.context("the load panicked")??;
@@ -187,36 +188,34 @@ pub async fn run_cluster(options: ClusterOptions) -> anyhow::Result<ClusterRepor
     Ok(report)
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
+/// The gateways' current base URLs (`gateway-1`, `gateway-2`): a restarted gateway listens on
+/// a new port (a fixed one could be taken meanwhile), and clients look here again.
+type Gateways = Arc<Mutex<Vec<String>>>;
 
-/// Start (again) one copy; a gateway on its own fixed port, so clients find it after a restart.
+/// Start (again) one copy; a gateway's new address goes to `gateways`.
 async fn start(
     stack: &mut Stack,
-    ports: &[u16; 2],
+    gateways: &Gateways,
     service: Service,
     instance: &str,
 ) -> anyhow::Result<()> {
-    let addr = match instance {
-        "gateway-1" => format!("127.0.0.1:{}", ports[0]),
-        "gateway-2" => format!("127.0.0.1:{}", ports[1]),
-        _ => "127.0.0.1:0".to_owned(),
+    stack.start(service, instance, &[]).await?;
+    let slot = match instance {
+        "gateway-1" => 0,
+        "gateway-2" => 1,
+        _ => return Ok(()),
     };
-    stack
-        .start(service, instance, &[("GATEWAY_ADDR", addr.as_str())])
-        .await
+    gateways.lock().expect("lock")[slot] = stack.gateway_url(instance);
+    Ok(())
 }
 
-async fn restart(stack: &mut Stack, ports: &[u16; 2], instances: &[&str]) -> anyhow::Result<()> {
+async fn restart(stack: &mut Stack, gateways: &Gateways, instances: &[&str]) -> anyhow::Result<()> {
     for instance in instances {
         let (service, _) = COPIES
             .iter()
             .find(|(_, name)| name == instance)
             .context("no such copy")?;
-        start(stack, ports, *service, instance).await?;
+        start(stack, gateways, *service, instance).await?;
     }
     Ok(())
 }
@@ -224,7 +223,7 @@ async fn restart(stack: &mut Stack, ports: &[u16; 2], instances: &[&str]) -> any
 /// The fault script.
 async fn faults(
     stack: &mut Stack,
-    ports: &[u16; 2],
+    gateways: &Gateways,
     options: &ClusterOptions,
     (done, report): (&mut Vec<String>, &mut ChaosReport),
 ) -> anyhow::Result<()> {
@@ -233,17 +232,37 @@ async fn faults(
     // The JOBS stream's leader, and with it a gateway (its SSE clients move) and a worker.
     let leader = stack.nats_stream_leader("JOBS").await?;
     let with = ["gateway-1", "worker-1"];
-    done.push(outage(stack, ports, (&leader, "JOBS leader"), &with, brief, report).await?);
+    done.push(
+        outage(
+            stack,
+            gateways,
+            (&leader, "JOBS leader"),
+            &with,
+            brief,
+            report,
+        )
+        .await?,
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     // The meta leader, with a scheduler, a notifier and a tool-runner.
     let meta = stack.nats_meta_leader().await?;
     let with = ["scheduler-1", "notifier-1", "tool-runner-1"];
-    done.push(outage(stack, ports, (&meta, "meta leader"), &with, brief, report).await?);
+    done.push(
+        outage(
+            stack,
+            gateways,
+            (&meta, "meta leader"),
+            &with,
+            brief,
+            report,
+        )
+        .await?,
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     // A whole node, for a while: the EVENTS stream's leader.
     let node = stack.nats_stream_leader("EVENTS").await?;
     let down = options.node_down;
-    done.push(outage(stack, ports, (&node, "EVENTS leader"), &[], down, report).await?);
+    done.push(outage(stack, gateways, (&node, "EVENTS leader"), &[], down, report).await?);
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Postgres, once.
     let postgres = stack.postgres.as_ref().context("a private Postgres")?;
@@ -259,7 +278,7 @@ async fn faults(
 /// back after `down`; what was done, in words.
 async fn outage(
     stack: &mut Stack,
-    ports: &[u16; 2],
+    gateways: &Gateways,
     (node, role): (&str, &str),
     with: &[&str],
     down: Duration,
@@ -271,7 +290,7 @@ async fn outage(
     }
     tokio::time::sleep(down).await;
     stack.nats_node(node).restart().await?;
-    restart(stack, ports, with).await?;
+    restart(stack, gateways, with).await?;
     report.nats_restarts += 1;
     report.kills += with.len();
     let also = with.iter().map(|i| format!(", {i}")).collect::<String>();
@@ -321,7 +340,7 @@ fn position(id: &str) -> Option<(u64, u64)> {
 /// any break (a killed gateway, a stall) through the other, resuming after the last id.
 async fn watch(
     http: reqwest::Client,
-    bases: Vec<String>,
+    gateways: Gateways,
     token: String,
     task: String,
     i: usize,
@@ -334,10 +353,11 @@ async fn watch(
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut turn = i;
     while Instant::now() < deadline {
-        let url = format!(
-            "{}/api/local/tasks/{task}/stream",
-            bases[turn % bases.len()]
-        );
+        let base = {
+            let bases = gateways.lock().expect("lock");
+            bases[turn % bases.len()].clone()
+        };
+        let url = format!("{base}/api/local/tasks/{task}/stream");
         turn += 1;
         let Ok(mut stream) = SseClient::connect(&http, &url, &token, last.as_deref()).await else {
             watched.reconnects += 1;
