@@ -67,6 +67,17 @@ pub fn piece(
 
 /// A well-formed model name, one of `LLM_MODELS` when that is set.
 /// A worker profile's name (a NATS subject token).
+/// A file path as the file routes take it: 1 to 1024 bytes, no NUL.
+pub fn file_path(path: &str) -> Result<(), ApiError> {
+    if path.is_empty() || path.len() > 1024 || path.contains('\0') {
+        return Err(ApiError::invalid(
+            "invalid_path",
+            "a file path is 1 to 1024 characters",
+        ));
+    }
+    Ok(())
+}
+
 pub fn profile(profile: &str) -> Result<(), ApiError> {
     if maestro_domain::job::valid_profile(profile) {
         Ok(())

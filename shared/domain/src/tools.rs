@@ -418,6 +418,33 @@ pub struct ToolExecRequest {
     pub attempt: i32,
 }
 
+impl ToolExecRequest {
+    /// A request of MAESTRO's own (not a model's call, never ledgered): no network, no MCP
+    /// server. `name` is its call id, and after the job id its operation id.
+    pub fn internal(
+        (task_id, job_id): (TaskId, JobId),
+        name: &str,
+        tool: &str,
+        arguments: Value,
+        timeout_ms: u64,
+    ) -> Self {
+        Self {
+            task_id,
+            job_id,
+            call_id: name.to_owned(),
+            operation_id: format!("{job_id}/{name}"),
+            tool: tool.to_owned(),
+            arguments,
+            timeout_ms,
+            network: false,
+            allowed_hosts: Vec::new(),
+            ledgered: false,
+            mcp: None,
+            attempt: 0,
+        }
+    }
+}
+
 /// Read one file of a task's workspace for its owner (`<prefix>.tools.files.read`,
 /// request/reply): how the gateway serves the files a job wrote. The reply's body is the
 /// file's bytes; a refusal has the header [`FILE_ERROR_HEADER`] (one of [`FileError`]'s

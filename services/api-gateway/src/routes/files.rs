@@ -46,12 +46,7 @@ pub async fn get(
     let workspace_id = maestro_db::tasks::workspace_of(&state.pool, &owner, task_id)
         .await?
         .ok_or(ApiError::NotFound("task"))?;
-    if path.is_empty() || path.len() > 1024 || path.contains('\0') {
-        return Err(ApiError::invalid(
-            "invalid_path",
-            "a file path is 1 to 1024 characters",
-        ));
-    }
+    crate::validate::file_path(&path)?;
     let limit = (state.bus.nats.server_info().max_payload as u64).saturating_sub(HEADROOM);
     let request = FileReadRequest {
         workspace_id,

@@ -65,12 +65,7 @@ pub async fn get(
     Path((id, path)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let space = member(&state, &caller, &id).await?;
-    if path.is_empty() || path.len() > 1024 || path.contains('\0') {
-        return Err(ApiError::invalid(
-            "invalid_path",
-            "a file path is 1 to 1024 characters",
-        ));
-    }
+    crate::validate::file_path(&path)?;
     let limit = (state.bus.nats.server_info().max_payload as u64).saturating_sub(HEADROOM) / 4 * 3;
     let request = GitRequest::File {
         space_id: space,

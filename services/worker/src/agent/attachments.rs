@@ -18,23 +18,17 @@ pub async fn place(shared: &Shared, claim: &Claimed) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     for (name, data) in unplaced {
-        let request = ToolExecRequest {
-            task_id: claim.workspace_id,
-            job_id: claim.job_id,
-            call_id: format!("attachment/{name}"),
-            operation_id: format!("{}/attachment/{name}", claim.job_id),
-            tool: tools::PLACE_ATTACHMENT.to_owned(),
-            arguments: serde_json::json!({
-                "path": format!("attachments/{name}"),
-                "content_base64": base64::engine::general_purpose::STANDARD.encode(&data),
-            }),
-            timeout_ms: 30_000,
-            attempt: 0,
-            network: false,
-            allowed_hosts: Vec::new(),
-            ledgered: false,
-            mcp: None,
-        };
+        let arguments = serde_json::json!({
+            "path": format!("attachments/{name}"),
+            "content_base64": base64::engine::general_purpose::STANDARD.encode(&data),
+        });
+        let request = ToolExecRequest::internal(
+            (claim.workspace_id, claim.job_id),
+            &format!("attachment/{name}"),
+            tools::PLACE_ATTACHMENT,
+            arguments,
+            30_000,
+        );
         let subject = shared.bus.subjects.tools_exec();
         let reply =
             tool_client::execute(&shared.bus.nats, subject, &request, Duration::from_secs(30))

@@ -64,20 +64,13 @@ async fn workspace_context(shared: &Shared, workspace: TaskId, job_id: JobId) ->
     if shared.policy.refusal("read_file", &probe, &[]).is_some() {
         return WorkspaceContext::default();
     }
-    let request = ToolExecRequest {
-        task_id: workspace,
-        job_id,
-        call_id: "workspace_context".to_owned(),
-        operation_id: format!("{job_id}/workspace_context"),
-        tool: tools::WORKSPACE_CONTEXT.to_owned(),
-        arguments: serde_json::json!({}),
-        timeout_ms: 5_000,
-        attempt: 0,
-        network: false,
-        allowed_hosts: Vec::new(),
-        ledgered: false,
-        mcp: None,
-    };
+    let request = ToolExecRequest::internal(
+        (workspace, job_id),
+        "workspace_context",
+        tools::WORKSPACE_CONTEXT,
+        serde_json::json!({}),
+        5_000,
+    );
     let subject = shared.bus.subjects.tools_exec();
     match tool_client::execute(&shared.bus.nats, subject, &request, Duration::from_secs(5)).await {
         Ok(reply) if reply.ok => serde_json::from_str(&reply.output).unwrap_or_default(),
