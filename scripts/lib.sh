@@ -6,6 +6,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/maestro-target}
 TOOLS_DIR=${MAESTRO_TOOLS_DIR:-/var/tmp/maestro-tools}
 NATS_SERVER_VERSION=2.15.1
+PLAYWRIGHT_VERSION=1.65.1
 
 log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -24,13 +25,15 @@ ensure_postgres() {
 ensure_bubblewrap() {
   command -v bwrap >/dev/null && return 0
   log "installing bubblewrap (the tool sandbox)"
-  if [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
-      || die "cannot install bubblewrap"
-  else
-    die "bubblewrap (bwrap) is missing: install the bubblewrap package"
-  fi
+  apt_install bubblewrap
+}
+
+# Install a Debian package (as root; refreshing the package lists once if it is not found).
+apt_install() {
+  [ "$(id -u)" = 0 ] || die "$1 is missing: install the Debian package $1"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1" >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1" >/dev/null 2>&1; } \
+    || die "cannot install $1"
 }
 
 # Prometheus and promtool (Debian package `prometheus`): tests/observability.rs checks the
@@ -92,6 +95,26 @@ ensure_schemathesis() {
   python3 -m venv "$venv" || die "cannot create a Python venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" >/dev/null \
     || die "cannot install schemathesis"
+}
+
+# The browser test's browser: Debian's Chromium (no browser download is possible here).
+ensure_chromium() {
+  export CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+  [ -x "$CHROMIUM" ] && return 0
+  log "installing chromium (Debian) for the browser test"
+  apt_install chromium
+}
+
+# The browser test's driver: npm playwright-core (no bundled browsers), pinned, outside the clone.
+ensure_playwright() {
+  export PLAYWRIGHT_DIR=${PLAYWRIGHT_DIR:-$TOOLS_DIR/playwright}
+  local installed=$PLAYWRIGHT_DIR/node_modules/playwright-core/package.json
+  if [ -f "$installed" ] && grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$installed"; then return 0; fi
+  command -v npm >/dev/null || die "the browser test needs Node.js and npm"
+  log "installing playwright-core $PLAYWRIGHT_VERSION (npm) into $PLAYWRIGHT_DIR"
+  mkdir -p "$PLAYWRIGHT_DIR"
+  (cd "$PLAYWRIGHT_DIR" && npm install -q --no-audit --no-fund "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null) \
+    || die "cannot install playwright-core"
 }
 
 # A nats-server binary for tests and the demo: NATS_SERVER_BIN if set, else the pinned

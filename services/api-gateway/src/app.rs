@@ -80,6 +80,7 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(tasks::create, tasks::list))
         .routes(routes!(tasks::get))
         .routes(routes!(history::events))
+        .routes(routes!(files::list))
         .route("/api/local/tasks/{id}/files/{*path}", get(files::get))
         .routes(routes!(files::attachment))
         .routes(routes!(history::subtasks))
@@ -157,6 +158,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api)
         .fallback(routes::not_found)
         .merge(crate::a2a::router())
+        .merge(crate::ui::router())
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
         .layer(axum::middleware::from_fn(count_request))
         .layer(
@@ -260,8 +262,9 @@ mod tests {
             .values()
             .map(|item| item.as_object().map_or(0, |ops| ops.len()))
             .sum();
-        assert_eq!(operations, 58, "every REST operation: {:?}", paths.keys());
+        assert_eq!(operations, 59, "every REST operation: {:?}", paths.keys());
         assert!(paths.contains_key("/api/local/tasks/{id}/files/{path}"));
+        assert!(paths.contains_key("/api/local/tasks/{id}/files"));
         assert_eq!(
             doc["components"]["securitySchemes"]["bearer"]["scheme"],
             "bearer"

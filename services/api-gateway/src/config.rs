@@ -59,6 +59,9 @@ pub struct Settings {
     /// How long a blocking A2A `SendMessage` waits for the task to finish or need the client
     /// before it answers with the task as it is (`A2A_BLOCKING_TIMEOUT_MS`).
     pub a2a_blocking: Duration,
+    /// Serve the web UI from this folder instead of the copy built into the binary
+    /// (`UI_DIR`, for working on the UI without rebuilding).
+    pub ui_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -135,6 +138,7 @@ impl Settings {
             shutdown_grace: env.millis("SHUTDOWN_GRACE_MS", Duration::from_secs(10))?,
             public_url: env.opt("PUBLIC_URL").or_else(|| env.opt("A2A_PUBLIC_URL")),
             a2a_blocking: env.millis("A2A_BLOCKING_TIMEOUT_MS", Duration::from_secs(60))?,
+            ui_dir: env.opt("UI_DIR").map(std::path::PathBuf::from),
         })
     }
 }

@@ -16,6 +16,7 @@ pub mod routing;
 pub mod signals;
 pub mod state;
 pub mod stream;
+pub mod ui;
 pub mod usecases;
 pub mod validate;
 pub mod views;

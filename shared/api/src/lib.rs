@@ -24,7 +24,7 @@ pub use space::{
     TokenInfo, TokenList,
 };
 pub use task::{
-    CommentList, ContinueTask, CreateTask, EventPage, Links, NewComment, RoutedComment, RoutedTo,
-    SubtaskList, Task, TaskPage, Transcript,
+    CommentList, ContinueTask, CreateTask, EventPage, FileList, Links, NewComment, RoutedComment,
+    RoutedTo, SubtaskList, Task, TaskPage, Transcript, WrittenFile,
 };
 pub use webhook::{CreateWebhook, DeliveryPage, Webhook, WebhookDeliveryView, WebhookList};

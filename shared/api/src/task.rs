@@ -149,6 +149,22 @@ pub struct SubtaskList {
     pub subtasks: Vec<ChildTask>,
 }
 
+/// `GET /api/local/tasks/{id}/files`: the files the task's jobs wrote (each path once, in the
+/// order of the first successful write), each with the URL that serves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FileList {
+    pub files: Vec<WrittenFile>,
+}
+
+/// One file a job wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WrittenFile {
+    /// The path in the task's workspace.
+    pub path: String,
+    /// `/api/local/tasks/{id}/files/{path}`.
+    pub url: String,
+}
+
 /// The body of `POST /api/local/tasks/{id}/comments`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

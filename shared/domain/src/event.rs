@@ -280,6 +280,10 @@ pub struct MessageEvent {
     pub usage: Option<Usage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
+    /// The reasoning text the model streamed before its answer (`reasoning_content`): shown to
+    /// people, never sent back to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
 }
 
 impl MessageEvent {
@@ -289,6 +293,7 @@ impl MessageEvent {
             model: None,
             usage: None,
             finish_reason: None,
+            reasoning: None,
         }
     }
 }

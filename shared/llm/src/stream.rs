@@ -285,6 +285,8 @@ struct Timings {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Completion {
     pub content: Option<String>,
+    /// The reasoning ("thinking") text the server streamed apart from the answer, if any.
+    pub reasoning: Option<String>,
     /// Calls in index order. A call whose server sent no id has an empty `id`; the caller
     /// assigns one.
     pub tool_calls: Vec<ToolCall>,
@@ -297,6 +299,7 @@ pub struct Completion {
 #[derive(Debug, Default)]
 pub struct Accumulator {
     text: String,
+    reasoning: String,
     calls: Vec<(u32, ToolCall)>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
@@ -307,7 +310,7 @@ impl Accumulator {
     pub fn push(&mut self, event: &StreamEvent) {
         match event {
             StreamEvent::Text(text) => self.text.push_str(text),
-            StreamEvent::Thinking(_) => {}
+            StreamEvent::Thinking(text) => self.reasoning.push_str(text),
             StreamEvent::ToolCall {
                 index,
                 id,
@@ -343,6 +346,7 @@ impl Accumulator {
             } else {
                 Some(self.text)
             },
+            reasoning: (!self.reasoning.is_empty()).then_some(self.reasoning),
             tool_calls: self.calls.into_iter().map(|(_, call)| call).collect(),
             finish_reason: self.finish_reason,
             usage: self.usage,
@@ -354,6 +358,22 @@ impl Accumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasoning_is_kept_apart_from_the_answer() {
+        let mut acc = Accumulator::default();
+        for event in [
+            StreamEvent::Thinking("The user ".into()),
+            StreamEvent::Thinking("wants a poem.".into()),
+            StreamEvent::Text("Here it is.".into()),
+        ] {
+            acc.push(&event);
+        }
+        let completion = acc.finish();
+        assert_eq!(completion.reasoning.as_deref(), Some("The user wants a poem."));
+        assert_eq!(completion.content.as_deref(), Some("Here it is."));
+        assert_eq!(Accumulator::default().finish().reasoning, None);
+    }
 
     #[test]
     fn tool_call_fragments_merge_by_index() {

@@ -56,6 +56,8 @@ impl Delta {
 pub enum DeltaFragment {
     /// More assistant text.
     Text { text: String },
+    /// More reasoning ("thinking") text, from models that stream it apart from the answer.
+    Reasoning { text: String },
     /// More of a tool call: its id and name when first seen, then argument text.
     ToolCall {
         index: u32,

@@ -42,6 +42,10 @@ pub struct Scenario {
 pub struct Turn {
     #[serde(default)]
     pub text: Option<String>,
+    /// Reasoning text, streamed before `text` as `reasoning_content` (as DeepSeek, vLLM and
+    /// llama.cpp send it) and returned in the non-streaming message.
+    #[serde(default)]
+    pub reasoning: Option<String>,
     #[serde(default)]
     pub tool_calls: Vec<ScriptedCall>,
     /// Characters per streamed chunk (text and tool arguments).

@@ -380,6 +380,9 @@ fn whole_response(id: &str, asked: &Asked, turn: &Turn, usage: Value) -> Value {
         })
         .collect();
     let mut message = json!({"role": "assistant", "content": turn.text});
+    if let Some(reasoning) = &turn.reasoning {
+        message["reasoning_content"] = Value::String(reasoning.clone());
+    }
     if !calls.is_empty() {
         message["tool_calls"] = Value::Array(calls);
     }
@@ -401,6 +404,13 @@ fn chunks_of(text: &str, size: usize) -> Vec<String> {
 /// The `delta`s of the answer, in order.
 fn deltas(asked: &Asked, turn: &Turn) -> Vec<Value> {
     let mut deltas = vec![json!({"role": "assistant"})];
+    if let Some(reasoning) = &turn.reasoning {
+        deltas.extend(
+            chunks_of(reasoning, turn.chunk_chars)
+                .into_iter()
+                .map(|c| json!({"reasoning_content": c})),
+        );
+    }
     if let Some(text) = &turn.text {
         deltas.extend(
             chunks_of(text, turn.chunk_chars)

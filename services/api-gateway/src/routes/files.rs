@@ -83,6 +83,40 @@ pub async fn get(
     Ok(user_content(content_type, &path, "inline", reply.payload))
 }
 
+/// `GET /api/local/tasks/{id}/files`: the files the task's jobs wrote, for its owner (as the
+/// files themselves are).
+#[utoipa::path(
+    get,
+    path = "/api/local/tasks/{id}/files",
+    tag = "tasks",
+    summary = "The files the task's jobs wrote",
+    params(("id" = String, Path, description = "The task id")),
+    responses(
+        (status = 200, body = maestro_api::FileList),
+        (status = "4XX", description = "A client error: the code says which", body = ErrorBody),
+        (status = "5XX", description = "The server could not do it now (e.g. the database is unavailable); retry", body = ErrorBody)
+    )
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(owner): Caller,
+    Path(id): Path<String>,
+) -> Result<axum::Json<maestro_api::FileList>, ApiError> {
+    let task_id: TaskId = parse_id(&id, "task")?;
+    maestro_db::tasks::workspace_of(&state.pool, &owner, task_id)
+        .await?
+        .ok_or(ApiError::NotFound("task"))?;
+    let files = maestro_db::events::files_written(&state.pool, &[task_id])
+        .await?
+        .into_iter()
+        .map(|(_, path)| maestro_api::WrittenFile {
+            url: format!("/api/local/tasks/{task_id}/files/{path}"),
+            path,
+        })
+        .collect();
+    Ok(axum::Json(maestro_api::FileList { files }))
+}
+
 /// Bytes an agent wrote or a person sent, served as `disposition` (`inline`, `attachment`)
 /// under the last component of `path`: not the gateway's own content, so a browser neither
 /// runs scripts in it nor sniffs another type.

@@ -122,6 +122,7 @@ impl JobRun<'_> {
             model,
             usage: completion.usage,
             finish_reason: completion.finish_reason,
+            reasoning: completion.reasoning,
         });
         calls
     }

@@ -173,6 +173,7 @@ pub(super) async fn text(
 fn fragment_of(event: &StreamEvent) -> Option<DeltaFragment> {
     match event {
         StreamEvent::Text(text) => Some(DeltaFragment::Text { text: text.clone() }),
+        StreamEvent::Thinking(text) => Some(DeltaFragment::Reasoning { text: text.clone() }),
         StreamEvent::ToolCall {
             index,
             id,

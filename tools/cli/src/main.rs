@@ -1,0 +1,953 @@
+//! `maestro`: MAESTRO from a terminal. Tasks (create, list, show, watch, cancel, continue,
+//! comment), what paused jobs wait for (list, approve, deny, answer, resolve, token),
+//! schedules, webhooks and the inbox — every command a call of the gateway's REST API, with
+//! `--json` printing the API's own answers. docs/cli.md.
+//!
+//! Exit codes: 0 done (a watched task succeeded), 1 an error (the message says which; with
+//! `--json` the API's error body is printed), 2 a usage error, and for a watched task 3
+//! failed, 4 cancelled, 5 waiting for a person (`--exit-on-pause`).
+
+mod api;
+mod config;
+mod render;
+mod watch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use maestro_api::{CreateTask, Task, TaskPage};
+use maestro_domain::{JobStatus, TaskId};
+use serde_json::{Value, json};
+
+use crate::api::{Api, ApiError};
+use crate::config::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "maestro",
+    version,
+    about = "MAESTRO from a terminal: tasks, live streams, approvals, schedules, webhooks, the inbox"
+)]
+struct Cli {
+    /// The gateway's URL [default: from the config file, else http://127.0.0.1:8080].
+    #[arg(long, global = true, env = "MAESTRO_URL")]
+    url: Option<String>,
+    /// An API token (one of API_TOKENS, or one an admin made) [default: from the config file].
+    #[arg(long, global = true, env = "MAESTRO_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The config file (TOML: `url`, `token`) [default: ~/.config/maestro/config.toml].
+    #[arg(long, global = true, env = "MAESTRO_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the API's JSON answers (a stream: one JSON object per line).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Tasks: create, list, show, watch, cancel, continue, comment, files.
+    #[command(subcommand)]
+    Tasks(TaskCommand),
+    /// What paused jobs wait for: list, approve, deny, answer, resolve, token.
+    #[command(subcommand)]
+    Actions(ActionCommand),
+    /// Schedules that start tasks on a cron.
+    #[command(subcommand)]
+    Schedules(ScheduleCommand),
+    /// Webhook subscriptions.
+    #[command(subcommand)]
+    Webhooks(WebhookCommand),
+    /// Notifications: outcomes, pauses and decisions of your tasks, newest first.
+    Inbox(InboxArgs),
+}
+
+#[derive(Subcommand)]
+enum TaskCommand {
+    /// Create a task (and with --watch follow it to its end).
+    Create(CreateArgs),
+    /// Your tasks, newest first.
+    List(ListArgs),
+    /// One task: its latest job, files and what it waits for.
+    Show { id: String },
+    /// Follow a task's live stream until its latest job is over; the exit code is its outcome.
+    Watch(WatchArgs),
+    /// Cancel the task's latest job (and its subtasks').
+    Cancel { id: String },
+    /// Carry a finished task on with a new instruction; the agent remembers what it did.
+    Continue(ContinueArgs),
+    /// Comment on a task: an interjection while it runs, an answer to its question, or a
+    /// follow-up job once it is over.
+    Comment { id: String, body: String },
+    /// Print a file the task's jobs wrote (`--output` to save it).
+    File {
+        id: String,
+        path: String,
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct CreateArgs {
+    instruction: String,
+    /// A piece, or `auto` for the router [default: the deployment's or the space's].
+    #[arg(long)]
+    piece: Option<String>,
+    #[arg(long)]
+    model: Option<String>,
+    /// The space the task goes in.
+    #[arg(long)]
+    space: Option<String>,
+    /// `private`, `space` or `public`.
+    #[arg(long)]
+    visibility: Option<String>,
+    /// The worker profile its jobs go to.
+    #[arg(long)]
+    profile: Option<String>,
+    /// A file to attach (repeatable): placed at attachments/<name> in the workspace.
+    #[arg(long = "attach", value_name = "FILE")]
+    attachments: Vec<PathBuf>,
+    /// Makes a retried create return the task the first one made.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+#[derive(Args)]
+struct FollowArgs {
+    /// Follow the task's stream until it is over (exit code: its outcome).
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: stop with exit code 5 when the task waits for a person.
+    #[arg(long)]
+    exit_on_pause: bool,
+}
+
+#[derive(Args)]
+struct ListArgs {
+    /// Only tasks whose latest job is in this state (queued, running, waiting_human, …).
+    #[arg(long)]
+    state: Option<String>,
+    /// Only tasks of this space.
+    #[arg(long)]
+    space: Option<String>,
+    /// Only tasks whose instruction contains this text (case-insensitive).
+    #[arg(long)]
+    search: Option<String>,
+    /// How many to show.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+}
+
+#[derive(Args)]
+struct WatchArgs {
+    id: String,
+    /// Stop with exit code 5 when the task waits for a person.
+    #[arg(long)]
+    exit_on_pause: bool,
+}
+
+#[derive(Args)]
+struct ContinueArgs {
+    id: String,
+    instruction: String,
+    #[arg(long)]
+    piece: Option<String>,
+    #[arg(long)]
+    model: Option<String>,
+    #[command(flatten)]
+    follow: FollowArgs,
+}
+
+#[derive(Subcommand)]
+enum ActionCommand {
+    /// What the task (and every task below it) waits for.
+    List {
+        task: String,
+        /// Every item the task ever had, decided ones too.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Approve a tool or package request: exactly the call you were shown runs.
+    Approve {
+        task: String,
+        action: String,
+        /// `once` (this call) or `task` (the tool for every later call of the task).
+        #[arg(long, default_value = "once")]
+        scope: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Deny a tool or package request; the model is told, with the note.
+    Deny {
+        task: String,
+        action: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Answer the question the task asks (a comment on the task).
+    Answer { task: String, text: String },
+    /// Say whether a side effect of unknown outcome took effect.
+    Resolve {
+        task: String,
+        action: String,
+        #[arg(value_parser = ["happened", "not-happened"])]
+        outcome: String,
+    },
+    /// Store your token for an MCP server (read from standard input, never an argument) and
+    /// resume the jobs that waited for it.
+    Token { server: String },
+}
+
+#[derive(Subcommand)]
+enum ScheduleCommand {
+    /// Your schedules.
+    List,
+    Show {
+        id: String,
+    },
+    /// A schedule that starts a task at each time the cron names.
+    Create(ScheduleArgs),
+    Pause {
+        id: String,
+    },
+    Resume {
+        id: String,
+    },
+    /// Start its task now, once.
+    Run {
+        id: String,
+    },
+    /// What each fire did.
+    Runs {
+        id: String,
+    },
+    Delete {
+        id: String,
+    },
+}
+
+#[derive(Args)]
+struct ScheduleArgs {
+    /// 5 fields (or 6 with seconds), or @hourly, @daily, …
+    #[arg(long)]
+    cron: String,
+    #[arg(long)]
+    instruction: String,
+    #[arg(long)]
+    name: Option<String>,
+    /// An IANA zone the cron is read in [default: UTC].
+    #[arg(long)]
+    timezone: Option<String>,
+    #[arg(long)]
+    piece: Option<String>,
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    space: Option<String>,
+    /// skip, allow or queue.
+    #[arg(long)]
+    overlap: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum WebhookCommand {
+    /// Your subscriptions.
+    List,
+    /// Subscribe a URL; the signing secret is shown once.
+    Create {
+        /// The receiver's URL (named apart from the global `--url`, the gateway's).
+        #[arg(value_name = "URL")]
+        receiver: String,
+        /// An event type (repeatable) [default: all].
+        #[arg(long = "event")]
+        events: Vec<String>,
+    },
+    /// What was delivered to it, and how it went.
+    Deliveries {
+        id: String,
+    },
+    Delete {
+        id: String,
+    },
+}
+
+#[derive(Args)]
+struct InboxArgs {
+    /// Only unread items.
+    #[arg(long)]
+    unread: bool,
+    /// Mark everything shown read.
+    #[arg(long)]
+    mark_read: bool,
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.json;
+    let config = match Config::resolve(cli.url, cli.token, cli.config) {
+        Ok(config) => config,
+        Err(e) => return fail(json, &e),
+    };
+    let api = match Api::new(config) {
+        Ok(api) => api,
+        Err(e) => return fail(json, &e),
+    };
+    match run(&api, cli.command, json).await {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => fail(json, &e),
+    }
+}
+
+fn fail(json: bool, e: &anyhow::Error) -> ExitCode {
+    match e.downcast_ref::<ApiError>() {
+        Some(api) if json => render::json(&api.to_json()),
+        _ => {}
+    }
+    eprintln!("maestro: {e:#}");
+    ExitCode::from(1)
+}
+
+async fn run(api: &Api, command: Command, json: bool) -> anyhow::Result<u8> {
+    match command {
+        Command::Tasks(command) => tasks(api, command, json).await,
+        Command::Actions(command) => actions(api, command, json).await,
+        Command::Schedules(command) => schedules(api, command, json).await,
+        Command::Webhooks(command) => webhooks(api, command, json).await,
+        Command::Inbox(args) => inbox(api, args, json).await,
+    }
+}
+
+fn task_id(raw: &str) -> anyhow::Result<TaskId> {
+    raw.parse()
+        .map_err(|_| anyhow::anyhow!("{raw:?} is not a task id (a UUID)"))
+}
+
+/// Print a one-shot answer: its JSON, or `human` of it.
+fn show<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce(&T)) {
+    if json {
+        render::json(value);
+    } else {
+        human(value);
+    }
+}
+
+async fn tasks(api: &Api, command: TaskCommand, json: bool) -> anyhow::Result<u8> {
+    match command {
+        TaskCommand::Create(args) => {
+            let task = create(api, &args).await?;
+            show(json, &task, |t| {
+                println!("created task {} ({})", t.id(), render::state(t));
+            });
+            follow(api, task.id(), &args.follow, json).await
+        }
+        TaskCommand::List(args) => {
+            let tasks = list(api, &args).await?;
+            if json {
+                render::json(&json!({"tasks": tasks}));
+            } else {
+                render::task_table(&tasks);
+            }
+            Ok(0)
+        }
+        TaskCommand::Show { id } => {
+            let id = task_id(&id)?;
+            let task: Task = api.get(&format!("/api/local/tasks/{id}")).await?;
+            // Files are the creator's: another reader sees the task without them.
+            let files: Value = api
+                .get(&format!("/api/local/tasks/{id}/files"))
+                .await
+                .unwrap_or_else(|_| json!({"files": []}));
+            let actions: Value = api
+                .get(&format!("/api/local/tasks/{id}/required-actions"))
+                .await?;
+            if json {
+                let mut whole = serde_json::to_value(&task)?;
+                whole["files"] = files["files"].clone();
+                whole["required_actions"] = actions["required_actions"].clone();
+                render::json(&whole);
+                return Ok(0);
+            }
+            render::task(&task);
+            for file in files["files"].as_array().into_iter().flatten() {
+                println!("file        {}", file["path"].as_str().unwrap_or_default());
+            }
+            for item in actions["required_actions"].as_array().into_iter().flatten() {
+                println!("{}", render::action_line(&id.to_string(), item));
+            }
+            Ok(0)
+        }
+        TaskCommand::Watch(args) => {
+            let id = task_id(&args.id)?;
+            let follow = FollowArgs {
+                watch: true,
+                exit_on_pause: args.exit_on_pause,
+            };
+            follow_task(api, id, &follow, json).await
+        }
+        TaskCommand::Cancel { id } => {
+            let id = task_id(&id)?;
+            let task: Task = api
+                .post(&format!("/api/local/tasks/{id}/cancel"), &json!({}))
+                .await?;
+            show(json, &task, |t| {
+                println!("task {} {}", t.id(), render::state(t))
+            });
+            Ok(0)
+        }
+        TaskCommand::Continue(args) => {
+            let id = task_id(&args.id)?;
+            let body = maestro_api::ContinueTask {
+                instruction: args.instruction.clone(),
+                piece: args.piece.clone(),
+                model: args.model.clone(),
+            };
+            let task: Task = api
+                .post(&format!("/api/local/tasks/{id}/continue"), &body)
+                .await?;
+            show(json, &task, |t| {
+                let job = t.task.latest_job.as_ref().map_or(0, |j| j.job_no);
+                println!("task {} continues with job #{job}", t.id());
+            });
+            follow(api, id, &args.follow, json).await
+        }
+        TaskCommand::Comment { id, body } => {
+            let id = task_id(&id)?;
+            let comment: Value = api
+                .post(
+                    &format!("/api/local/tasks/{id}/comments"),
+                    &json!({"body": body}),
+                )
+                .await?;
+            show(json, &comment, |c| {
+                println!(
+                    "comment {} → {}",
+                    c["id"].as_str().unwrap_or("?"),
+                    c["routed_to"].as_str().unwrap_or("?")
+                );
+            });
+            Ok(0)
+        }
+        TaskCommand::File { id, path, output } => {
+            let id = task_id(&id)?;
+            let encoded: Vec<String> = path.split('/').map(encode).collect();
+            let bytes = api
+                .bytes(&format!(
+                    "/api/local/tasks/{id}/files/{}",
+                    encoded.join("/")
+                ))
+                .await?;
+            match output {
+                Some(file) => std::fs::write(&file, &bytes)?,
+                None => std::io::Write::write_all(&mut std::io::stdout(), &bytes)?,
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Percent-encode one path segment.
+fn encode(segment: &str) -> String {
+    let mut out = String::new();
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+async fn create(api: &Api, args: &CreateArgs) -> anyhow::Result<Task> {
+    let body = CreateTask {
+        instruction: args.instruction.clone(),
+        piece: args.piece.clone(),
+        model: args.model.clone(),
+        space_id: args
+            .space
+            .as_deref()
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| anyhow::anyhow!("{s:?} is not a space id"))
+            })
+            .transpose()?,
+        visibility: args
+            .visibility
+            .as_deref()
+            .map(|v| serde_json::from_value(json!(v)))
+            .transpose()
+            .map_err(|_| anyhow::anyhow!("--visibility is private, space or public"))?,
+        profile: args.profile.clone(),
+        start_movement: None,
+    };
+    let mut request = api.request(reqwest::Method::POST, "/api/local/tasks");
+    if let Some(key) = &args.idempotency_key {
+        request = request.header("idempotency-key", key);
+    }
+    let request = if args.attachments.is_empty() {
+        request.json(&body)
+    } else {
+        let part = reqwest::multipart::Part::text(serde_json::to_string(&body)?)
+            .mime_str("application/json")?;
+        let mut form = reqwest::multipart::Form::new().part("task", part);
+        for path in &args.attachments {
+            let bytes = std::fs::read(path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "attachment".to_owned());
+            let part = reqwest::multipart::Part::bytes(bytes)
+                .file_name(name.clone())
+                .mime_str(media_type(&name))?;
+            form = form.part("file", part);
+        }
+        request.multipart(form)
+    };
+    Ok(api.send(request).await?)
+}
+
+/// The media type a file is sent as, from its extension (the gateway accepts a known set).
+fn media_type(name: &str) -> &'static str {
+    match name
+        .rsplit('.')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "txt" | "md" | "csv" | "log" | "rs" | "py" | "js" | "ts" | "sh" | "html" | "css" => {
+            "text/plain"
+        }
+        "json" => "application/json",
+        "yaml" | "yml" => "application/yaml",
+        "toml" => "application/toml",
+        "xml" => "application/xml",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        "tar" => "application/x-tar",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The caller's tasks, newest first, filtered, paging until `limit` are found.
+async fn list(api: &Api, args: &ListArgs) -> anyhow::Result<Vec<Task>> {
+    let wanted: Option<JobStatus> = args
+        .state
+        .as_deref()
+        .map(|s| {
+            serde_json::from_value(json!(s)).map_err(|_| {
+                let known: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+                anyhow::anyhow!("--state is one of {}", known.join(", "))
+            })
+        })
+        .transpose()?;
+    let search = args.search.as_deref().map(str::to_lowercase);
+    let mut found = Vec::new();
+    let mut before: Option<TaskId> = None;
+    // Filters other than the space are applied here: at most 20 pages are read for them.
+    for _ in 0..20 {
+        let mut path = "/api/local/tasks?limit=100".to_owned();
+        if let Some(space) = &args.space {
+            path.push_str(&format!("&space={}", encode(space)));
+        }
+        if let Some(before) = before {
+            path.push_str(&format!("&before={before}"));
+        }
+        let page: TaskPage = api.get(&path).await?;
+        for task in page.tasks {
+            let state_ok = wanted.is_none_or(|s| task.status() == Some(s));
+            let text_ok = search
+                .as_deref()
+                .is_none_or(|q| task.task.instruction.to_lowercase().contains(q));
+            if state_ok && text_ok && found.len() < args.limit {
+                found.push(task);
+            }
+        }
+        match page.next_before {
+            Some(next) if found.len() < args.limit => before = Some(next),
+            _ => break,
+        }
+    }
+    Ok(found)
+}
+
+/// After a create or continue: follow the task when asked to.
+async fn follow(api: &Api, id: TaskId, follow: &FollowArgs, json: bool) -> anyhow::Result<u8> {
+    if follow.watch || follow.exit_on_pause {
+        follow_task(api, id, follow, json).await
+    } else {
+        Ok(0)
+    }
+}
+
+async fn follow_task(api: &Api, id: TaskId, follow: &FollowArgs, json: bool) -> anyhow::Result<u8> {
+    let options = watch::Options {
+        json,
+        exit_on_pause: follow.exit_on_pause,
+    };
+    let outcome = watch::watch(api, id, options).await?;
+    if json {
+        let task: Value = api.get(&format!("/api/local/tasks/{id}")).await?;
+        render::json_line(&json!({"outcome": outcome.name(), "task": task}));
+    } else if outcome == watch::Outcome::Paused {
+        eprintln!("maestro: the task waits for a person: maestro actions list {id}");
+    }
+    Ok(outcome.exit_code())
+}
+
+async fn actions(api: &Api, command: ActionCommand, json: bool) -> anyhow::Result<u8> {
+    match command {
+        ActionCommand::List { task, all } => {
+            let id = task_id(&task)?;
+            let suffix = if all { "?all=true" } else { "" };
+            let answer: Value = api
+                .get(&format!("/api/local/tasks/{id}/required-actions{suffix}"))
+                .await?;
+            show(json, &answer, |a| {
+                let items = a["required_actions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                if items.is_empty() {
+                    println!("nothing to decide");
+                }
+                for item in &items {
+                    println!("{}", render::action_line(&id.to_string(), item));
+                }
+            });
+            Ok(0)
+        }
+        ActionCommand::Approve {
+            task,
+            action,
+            scope,
+            note,
+        } => {
+            let body = json!({"decision": "approve", "scope": scope, "note": note});
+            decide(api, &task, &action, body, json).await
+        }
+        ActionCommand::Deny { task, action, note } => {
+            decide(
+                api,
+                &task,
+                &action,
+                json!({"decision": "deny", "note": note}),
+                json,
+            )
+            .await
+        }
+        ActionCommand::Resolve {
+            task,
+            action,
+            outcome,
+        } => {
+            let decision = outcome.replace('-', "_");
+            decide(api, &task, &action, json!({"decision": decision}), json).await
+        }
+        ActionCommand::Answer { task, text } => {
+            let id = task_id(&task)?;
+            let comment: Value = api
+                .post(
+                    &format!("/api/local/tasks/{id}/comments"),
+                    &json!({"body": text}),
+                )
+                .await?;
+            show(json, &comment, |c| {
+                println!("answered ({})", c["routed_to"].as_str().unwrap_or("?"));
+            });
+            Ok(0)
+        }
+        ActionCommand::Token { server } => {
+            let mut token = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut token)?;
+            let token = token.trim();
+            anyhow::ensure!(!token.is_empty(), "no token on standard input");
+            let answer: Value = api
+                .put(
+                    &format!("/api/local/mcp-servers/{}/token", encode(&server)),
+                    &json!({"token": token}),
+                )
+                .await?;
+            show(json, &answer, |a| {
+                println!(
+                    "token stored for {server}; {} job(s) resumed",
+                    a["resumed_jobs"].as_u64().unwrap_or(0)
+                );
+            });
+            Ok(0)
+        }
+    }
+}
+
+/// Decide `action` of `task`: the arguments hash sent is that of the item as it is now, which
+/// is what `actions list` showed; a call that changed meanwhile is refused (409).
+async fn decide(
+    api: &Api,
+    task: &str,
+    action: &str,
+    mut body: Value,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let listing: Value = api
+        .get(&format!("/api/local/tasks/{id}/required-actions?all=true"))
+        .await?;
+    let item = listing["required_actions"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["id"] == action))
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("task {id} has no item {action}"))?;
+    if let Some(hash) = item["arguments_hash"].as_str() {
+        body["arguments_hash"] = json!(hash);
+    }
+    if body["note"].is_null() {
+        body.as_object_mut().map(|b| b.remove("note"));
+    }
+    if item["kind"] == "package_request" {
+        body.as_object_mut().map(|b| b.remove("scope"));
+    }
+    let answer: Value = api
+        .post(
+            &format!(
+                "/api/local/tasks/{id}/required-actions/{}/decide",
+                encode(action)
+            ),
+            &body,
+        )
+        .await?;
+    show(json, &answer, |a| {
+        let status = a["required_action"]["status"].as_str().unwrap_or("?");
+        let resumed = if a["resumed"] == true {
+            "; the job resumes"
+        } else {
+            ""
+        };
+        println!("{action}: {status}{resumed}");
+    });
+    Ok(0)
+}
+
+async fn schedules(api: &Api, command: ScheduleCommand, json: bool) -> anyhow::Result<u8> {
+    let one = |s: &Value| {
+        println!(
+            "{}  {:<8}  {:<14}  next {}  {}",
+            s["id"].as_str().unwrap_or("?"),
+            s["status"].as_str().unwrap_or("?"),
+            s["cron"].as_str().unwrap_or("?"),
+            s["next_fire_at"].as_str().unwrap_or("-"),
+            render::clip(
+                s["name"]
+                    .as_str()
+                    .or(s["task"]["instruction"].as_str())
+                    .unwrap_or(""),
+                50
+            )
+        );
+    };
+    let path = |id: &str, action: &str| format!("/api/local/schedules/{}{action}", encode(id));
+    match command {
+        ScheduleCommand::List => {
+            let answer: Value = api.get("/api/local/schedules?limit=100").await?;
+            show(json, &answer, |a| {
+                let items = a["schedules"].as_array().cloned().unwrap_or_default();
+                if items.is_empty() {
+                    println!("no schedules");
+                }
+                items.iter().for_each(one);
+            });
+        }
+        ScheduleCommand::Show { id } => {
+            let answer: Value = api.get(&path(&id, "")).await?;
+            show(json, &answer, |s| {
+                one(s);
+                println!("  {}", s["description"].as_str().unwrap_or(""));
+            });
+        }
+        ScheduleCommand::Create(args) => {
+            let mut task = json!({"instruction": args.instruction});
+            for (key, value) in [
+                ("piece", &args.piece),
+                ("model", &args.model),
+                ("space_id", &args.space),
+            ] {
+                if let Some(value) = value {
+                    task[key] = json!(value);
+                }
+            }
+            let mut body = json!({"cron": args.cron, "task": task});
+            for (key, value) in [
+                ("name", &args.name),
+                ("timezone", &args.timezone),
+                ("overlap", &args.overlap),
+            ] {
+                if let Some(value) = value {
+                    body[key] = json!(value);
+                }
+            }
+            let answer: Value = api.post("/api/local/schedules", &body).await?;
+            show(json, &answer, one);
+        }
+        ScheduleCommand::Pause { id } => {
+            let answer: Value = api.post(&path(&id, "/pause"), &json!({})).await?;
+            show(json, &answer, one);
+        }
+        ScheduleCommand::Resume { id } => {
+            let answer: Value = api.post(&path(&id, "/resume"), &json!({})).await?;
+            show(json, &answer, one);
+        }
+        ScheduleCommand::Run { id } => {
+            let answer: Value = api.post(&path(&id, "/run"), &json!({})).await?;
+            show(json, &answer, |a| {
+                println!(
+                    "run {}: task {}",
+                    a["status"]
+                        .as_str()
+                        .or(a["run"]["status"].as_str())
+                        .unwrap_or("started"),
+                    a["task_id"]
+                        .as_str()
+                        .or(a["run"]["task_id"].as_str())
+                        .or(a["task"]["id"].as_str())
+                        .unwrap_or("-")
+                );
+            });
+        }
+        ScheduleCommand::Runs { id } => {
+            let answer: Value = api.get(&path(&id, "/runs")).await?;
+            show(json, &answer, |a| {
+                for run in a["runs"].as_array().into_iter().flatten() {
+                    println!(
+                        "{}  {:<8}  task {}",
+                        run["scheduled_for"].as_str().unwrap_or("?"),
+                        run["status"].as_str().unwrap_or("?"),
+                        run["task_id"].as_str().unwrap_or("-")
+                    );
+                }
+            });
+        }
+        ScheduleCommand::Delete { id } => {
+            api.delete(&path(&id, "")).await?;
+            show(json, &json!({"deleted": id}), |_| println!("deleted {id}"));
+        }
+    }
+    Ok(0)
+}
+
+async fn webhooks(api: &Api, command: WebhookCommand, json: bool) -> anyhow::Result<u8> {
+    match command {
+        WebhookCommand::List => {
+            let answer: Value = api.get("/api/webhooks").await?;
+            show(json, &answer, |a| {
+                let items = a["webhooks"].as_array().cloned().unwrap_or_default();
+                if items.is_empty() {
+                    println!("no webhooks");
+                }
+                for hook in &items {
+                    let types: Vec<&str> = hook["event_types"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    println!(
+                        "{}  {:<8}  {}  [{}]",
+                        hook["id"].as_str().unwrap_or("?"),
+                        hook["status"].as_str().unwrap_or("?"),
+                        hook["url"].as_str().unwrap_or("?"),
+                        types.join(", ")
+                    );
+                }
+            });
+        }
+        WebhookCommand::Create { receiver, events } => {
+            let mut body = json!({"url": receiver});
+            if !events.is_empty() {
+                body["event_types"] = json!(events);
+            }
+            let answer: Value = api.post("/api/webhooks", &body).await?;
+            show(json, &answer, |a| {
+                println!("webhook {}", a["id"].as_str().unwrap_or("?"));
+                println!(
+                    "secret  {} (shown only now)",
+                    a["secret"].as_str().unwrap_or("?")
+                );
+            });
+        }
+        WebhookCommand::Deliveries { id } => {
+            let answer: Value = api
+                .get(&format!("/api/webhooks/{}/deliveries", encode(&id)))
+                .await?;
+            show(json, &answer, |a| {
+                for d in a["deliveries"].as_array().into_iter().flatten() {
+                    println!(
+                        "{}  {:<10}  {:<20}  attempts {}",
+                        d["created_at"].as_str().unwrap_or("?"),
+                        d["status"].as_str().unwrap_or("?"),
+                        d["event_type"]
+                            .as_str()
+                            .or(d["type"].as_str())
+                            .unwrap_or("?"),
+                        d["attempts"].as_i64().unwrap_or(0)
+                    );
+                }
+            });
+        }
+        WebhookCommand::Delete { id } => {
+            api.delete(&format!("/api/webhooks/{}", encode(&id)))
+                .await?;
+            show(json, &json!({"deleted": id}), |_| println!("deleted {id}"));
+        }
+    }
+    Ok(0)
+}
+
+async fn inbox(api: &Api, args: InboxArgs, json: bool) -> anyhow::Result<u8> {
+    let mut path = format!("/api/local/inbox?limit={}", args.limit.clamp(1, 100));
+    if args.unread {
+        path.push_str("&unread=true");
+    }
+    let mut answer: Value = api.get(&path).await?;
+    if args.mark_read
+        && let Some(newest) = answer["items"][0]["id"].as_str()
+    {
+        let marked: Value = api
+            .post("/api/local/inbox/read-all", &json!({"up_to": newest}))
+            .await?;
+        answer["unread"] = marked["unread"].clone();
+    }
+    show(json, &answer, |a| {
+        println!("{} unread", a["unread"].as_i64().unwrap_or(0));
+        for item in a["items"].as_array().into_iter().flatten() {
+            let mark = if item["read"] == true { " " } else { "•" };
+            let notification = &item["notification"];
+            let detail = notification["result"]
+                .as_str()
+                .or(notification["error"].as_str())
+                .or(notification["task"]["instruction"].as_str())
+                .unwrap_or("");
+            println!(
+                "{mark} {}  {:<20}  task {}  {}",
+                item["created_at"].as_str().unwrap_or("?"),
+                item["type"].as_str().unwrap_or("?"),
+                item["task_id"].as_str().unwrap_or("-"),
+                render::clip(detail, 60)
+            );
+        }
+    });
+    Ok(0)
+}
