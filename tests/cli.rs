@@ -190,16 +190,10 @@ async fn create_then_watch_to_the_end_through_a_cut_connection() {
         "the CLI said it reconnects: {stderr}"
     );
 
-    // The first lines are the created task (pretty JSON): find where the stream begins.
-    let first_item = out
-        .iter()
-        .position(|l| {
-            l.starts_with(r#"{"data""#) || l.starts_with(r#"{"event""#) || l.starts_with(r#"{"id""#)
-        })
-        .expect("stream items");
-    let created = parse(&out[..first_item].join("\n"));
+    // One JSON object per line: the created task, then the stream's items, then the outcome.
+    let created = parse(&out[0]);
     let task_id = created["id"].as_str().expect("the task's id").to_owned();
-    let items: Vec<Value> = out[first_item..].iter().map(|l| parse(l)).collect();
+    let items: Vec<Value> = out[1..].iter().map(|l| parse(l)).collect();
     let last = items.last().expect("at least one item");
     assert_eq!(last["outcome"], "succeeded");
     assert_eq!(last["task"]["latest_job"]["result"], "wrote out.txt");
@@ -224,15 +218,25 @@ async fn create_then_watch_to_the_end_through_a_cut_connection() {
 
     // Reasoning streamed as its own delta kind and kept with the message, apart from its text.
     assert!(
-        items.iter().any(|i| i["event"] == "delta" && i["data"]["type"] == "reasoning"),
+        items
+            .iter()
+            .any(|i| i["event"] == "delta" && i["data"]["type"] == "reasoning"),
         "reasoning deltas"
     );
     let first_reply = items
         .iter()
         .find(|i| i["event"] == "message" && i["data"]["payload"]["role"] == "assistant")
         .expect("an assistant message");
-    assert_eq!(first_reply["data"]["payload"]["reasoning"], "The user wants out.txt.");
-    assert!(!first_reply["data"]["payload"]["content"].as_str().expect("text").contains("wants"));
+    assert_eq!(
+        first_reply["data"]["payload"]["reasoning"],
+        "The user wants out.txt."
+    );
+    assert!(
+        !first_reply["data"]["payload"]["content"]
+            .as_str()
+            .expect("text")
+            .contains("wants")
+    );
 
     // The file the job wrote, through the CLI; the human rendering of the same task.
     let (code, file, _) = run(&stack, &["tasks", "file", &task_id, "out.txt"]).await;
@@ -253,7 +257,19 @@ async fn create_then_watch_to_the_end_through_a_cut_connection() {
     assert_eq!(code, 0);
     let shown = parse(&shown);
     assert_eq!(shown["files"][0]["path"], "out.txt");
-    let (code, listed, _) = run(&stack, &["--json", "tasks", "list", "--state", "succeeded"]).await;
+    let (code, listed, _) = run(
+        &stack,
+        &[
+            "--json",
+            "tasks",
+            "list",
+            "--state",
+            "succeeded",
+            "--search",
+            "CLI-STREAM: write",
+        ],
+    )
+    .await;
     assert_eq!(code, 0);
     assert!(
         parse(&listed)["tasks"]
@@ -397,7 +413,7 @@ async fn exit_codes_follow_the_outcome_and_bad_input_is_refused() {
     );
     let (code, _, err) = run(&stack, &["tasks", "list", "--state", "sleeping"]).await;
     assert_eq!(code, 1);
-    assert!(err.contains("--state is one of"), "{err}");
+    assert!(err.contains("state is one of"), "{err}");
     let (code, _, _) = run(&stack, &["tasks"]).await;
     assert_eq!(code, 2, "a usage error exits 2");
     assert_eq!(tasks(&stack).await, before, "nothing created");

@@ -178,9 +178,17 @@ await step('the task view at phone width (390x844)', async () => {
 await step('the task list shows the task with its state', async () => {
   await nav('Tasks').click();
   await page.waitForSelector(`.taskrow[data-task-id="${streamTask}"] [data-status=succeeded]`, { timeout: WAIT });
-  await page.getByLabel('Search').fill(`ui-test-stream ${RUN}`);
+  // The gateway searches (case-insensitively) and filters by state.
+  await page.getByLabel('Search').fill(`UI-TEST-STREAM ${RUN}`);
   await page.waitForFunction(() => document.querySelectorAll('.taskrow').length === 1, null, { timeout: WAIT });
   await page.getByLabel('Search').fill('');
+  await page.getByLabel('State').selectOption('succeeded');
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll('.taskrow')];
+    return rows.length > 0 && rows.every((r) => r.querySelector('[data-status=succeeded]'));
+  }, null, { timeout: WAIT });
+  await page.getByLabel('State').selectOption('');
+  await page.waitForSelector(`.taskrow[data-task-id="${streamTask}"]`, { timeout: WAIT });
   await shot('tasks', false);
 });
 

@@ -286,6 +286,10 @@ pub struct Filter<'a> {
     pub before: Option<TaskId>,
     /// In this space only.
     pub space: Option<SpaceId>,
+    /// Whose latest job has this status.
+    pub status: Option<JobStatus>,
+    /// Whose instruction contains this text, case-insensitively.
+    pub text: Option<&'a str>,
 }
 
 /// A page of the tasks `caller` may see, newest first: their own and the non-private tasks of
@@ -396,6 +400,14 @@ async fn query_records(
     limit: i64,
 ) -> Result<Vec<TaskRecord>, DbError> {
     let ids: Option<Vec<Uuid>> = filter.ids.map(|ids| ids.iter().map(|i| i.0).collect());
+    // The text as an ILIKE pattern: its own `%`, `_` and `\` match themselves.
+    let pattern = filter.text.map(|text| {
+        let escaped = text
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        format!("%{escaped}%")
+    });
     // A queued job says why it waits when no worker that is up (seen in the last 30 s) serves
     // its profile, or none of those serves its model.
     let rows = sqlx::query_as!(
@@ -433,6 +445,8 @@ async fn query_records(
          WHERE ($2::uuid[] IS NULL OR t.id = ANY($2))
            AND ($3::uuid IS NULL OR t.id < $3)
            AND ($5::uuid IS NULL OR t.space_id = $5)
+           AND ($6::text IS NULL OR j.status = $6)
+           AND ($7::text IS NULL OR t.instruction ILIKE $7 ESCAPE '\')
            AND ((t.owner = $1 AND t.space_id IS NULL)
                 OR ((t.visibility <> 'private' OR t.owner = $1)
                     AND t.space_id IN (SELECT space_id FROM space_members WHERE member = $1))
@@ -445,6 +459,8 @@ async fn query_records(
         filter.before.map(|b| b.0),
         limit,
         filter.space.map(|s| s.0),
+        filter.status.map(JobStatus::as_str),
+        pattern,
     )
     .fetch_all(pool)
     .await?;

@@ -370,7 +370,10 @@ mod tests {
             acc.push(&event);
         }
         let completion = acc.finish();
-        assert_eq!(completion.reasoning.as_deref(), Some("The user wants a poem."));
+        assert_eq!(
+            completion.reasoning.as_deref(),
+            Some("The user wants a poem.")
+        );
         assert_eq!(completion.content.as_deref(), Some("Here it is."));
         assert_eq!(Accumulator::default().finish().reasoning, None);
     }

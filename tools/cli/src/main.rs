@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use maestro_api::{CreateTask, Task, TaskPage};
-use maestro_domain::{JobStatus, TaskId};
+use maestro_domain::TaskId;
 use serde_json::{Value, json};
 
 use crate::api::{Api, ApiError};
@@ -48,7 +48,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Tasks: create, list, show, watch, cancel, continue, comment, files.
+    /// Tasks: create, list, show, watch, cancel, continue, comment, file.
     #[command(subcommand)]
     Tasks(TaskCommand),
     /// What paused jobs wait for: list, approve, deny, answer, resolve, token.
@@ -129,7 +129,8 @@ struct FollowArgs {
 
 #[derive(Args)]
 struct ListArgs {
-    /// Only tasks whose latest job is in this state (queued, running, waiting_human, …).
+    /// Only tasks whose latest job is in this state (queued, running, succeeded, failed,
+    /// cancelled, retry, waiting_human, waiting_subtasks).
     #[arg(long)]
     state: Option<String>,
     /// Only tasks of this space.
@@ -177,8 +178,9 @@ enum ActionCommand {
         task: String,
         action: String,
         /// `once` (this call) or `task` (the tool for every later call of the task).
-        #[arg(long, default_value = "once")]
+        #[arg(long, default_value = "once", value_parser = ["once", "task"])]
         scope: String,
+        /// A note kept with the decision.
         #[arg(long)]
         note: Option<String>,
     },
@@ -186,6 +188,7 @@ enum ActionCommand {
     Deny {
         task: String,
         action: String,
+        /// Shown to the model with the denial (why, what to do instead).
         #[arg(long)]
         note: Option<String>,
     },
@@ -207,28 +210,20 @@ enum ActionCommand {
 enum ScheduleCommand {
     /// Your schedules.
     List,
-    Show {
-        id: String,
-    },
+    /// One schedule, with its cron in words.
+    Show { id: String },
     /// A schedule that starts a task at each time the cron names.
     Create(ScheduleArgs),
-    Pause {
-        id: String,
-    },
-    Resume {
-        id: String,
-    },
+    /// Stop it firing until resumed.
+    Pause { id: String },
+    /// Fire again from the next fire time (the times it missed while paused do not run).
+    Resume { id: String },
     /// Start its task now, once.
-    Run {
-        id: String,
-    },
+    Run { id: String },
     /// What each fire did.
-    Runs {
-        id: String,
-    },
-    Delete {
-        id: String,
-    },
+    Runs { id: String },
+    /// Delete it and its runs (its tasks stay).
+    Delete { id: String },
 }
 
 #[derive(Args)]
@@ -330,6 +325,22 @@ fn task_id(raw: &str) -> anyhow::Result<TaskId> {
         .map_err(|_| anyhow::anyhow!("{raw:?} is not a task id (a UUID)"))
 }
 
+/// The answer of a create or continue: with `--json` and a stream to follow, one line like
+/// the stream's items (so the whole output is one JSON object per line).
+fn announce(
+    json: bool,
+    follow: &FollowArgs,
+    task: &Task,
+    human: impl FnOnce(&Task),
+) -> anyhow::Result<()> {
+    if json && (follow.watch || follow.exit_on_pause) {
+        render::json_line(&serde_json::to_value(task)?);
+    } else {
+        show(json, task, human);
+    }
+    Ok(())
+}
+
 /// Print a one-shot answer: its JSON, or `human` of it.
 fn show<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce(&T)) {
     if json {
@@ -343,9 +354,9 @@ async fn tasks(api: &Api, command: TaskCommand, json: bool) -> anyhow::Result<u8
     match command {
         TaskCommand::Create(args) => {
             let task = create(api, &args).await?;
-            show(json, &task, |t| {
+            announce(json, &args.follow, &task, |t| {
                 println!("created task {} ({})", t.id(), render::state(t));
-            });
+            })?;
             follow(api, task.id(), &args.follow, json).await
         }
         TaskCommand::List(args) => {
@@ -412,10 +423,10 @@ async fn tasks(api: &Api, command: TaskCommand, json: bool) -> anyhow::Result<u8
             let task: Task = api
                 .post(&format!("/api/local/tasks/{id}/continue"), &body)
                 .await?;
-            show(json, &task, |t| {
+            announce(json, &args.follow, &task, |t| {
                 let job = t.task.latest_job.as_ref().map_or(0, |j| j.job_no);
                 println!("task {} continues with job #{job}", t.id());
-            });
+            })?;
             follow(api, id, &args.follow, json).await
         }
         TaskCommand::Comment { id, body } => {
@@ -544,43 +555,31 @@ fn media_type(name: &str) -> &'static str {
     }
 }
 
-/// The caller's tasks, newest first, filtered, paging until `limit` are found.
+/// The caller's tasks, newest first, filtered by the gateway, paging until `limit` are found.
 async fn list(api: &Api, args: &ListArgs) -> anyhow::Result<Vec<Task>> {
-    let wanted: Option<JobStatus> = args
-        .state
-        .as_deref()
-        .map(|s| {
-            serde_json::from_value(json!(s)).map_err(|_| {
-                let known: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
-                anyhow::anyhow!("--state is one of {}", known.join(", "))
-            })
-        })
-        .transpose()?;
-    let search = args.search.as_deref().map(str::to_lowercase);
-    let mut found = Vec::new();
-    let mut before: Option<TaskId> = None;
-    // Filters other than the space are applied here: at most 20 pages are read for them.
-    for _ in 0..20 {
-        let mut path = "/api/local/tasks?limit=100".to_owned();
-        if let Some(space) = &args.space {
-            path.push_str(&format!("&space={}", encode(space)));
+    let mut query = String::new();
+    for (key, value) in [
+        ("space", &args.space),
+        ("state", &args.state),
+        ("q", &args.search),
+    ] {
+        if let Some(value) = value {
+            query.push_str(&format!("&{key}={}", encode(value)));
         }
+    }
+    let mut found: Vec<Task> = Vec::new();
+    let mut before: Option<TaskId> = None;
+    while found.len() < args.limit {
+        let page_size = (args.limit - found.len()).clamp(1, 100);
+        let mut path = format!("/api/local/tasks?limit={page_size}{query}");
         if let Some(before) = before {
             path.push_str(&format!("&before={before}"));
         }
         let page: TaskPage = api.get(&path).await?;
-        for task in page.tasks {
-            let state_ok = wanted.is_none_or(|s| task.status() == Some(s));
-            let text_ok = search
-                .as_deref()
-                .is_none_or(|q| task.task.instruction.to_lowercase().contains(q));
-            if state_ok && text_ok && found.len() < args.limit {
-                found.push(task);
-            }
-        }
+        found.extend(page.tasks);
         match page.next_before {
-            Some(next) if found.len() < args.limit => before = Some(next),
-            _ => break,
+            Some(next) => before = Some(next),
+            None => break,
         }
     }
     Ok(found)
@@ -833,7 +832,7 @@ async fn schedules(api: &Api, command: ScheduleCommand, json: bool) -> anyhow::R
                 for run in a["runs"].as_array().into_iter().flatten() {
                     println!(
                         "{}  {:<8}  task {}",
-                        run["scheduled_for"].as_str().unwrap_or("?"),
+                        run["fire_time"].as_str().unwrap_or("?"),
                         run["status"].as_str().unwrap_or("?"),
                         run["task_id"].as_str().unwrap_or("-")
                     );
@@ -935,10 +934,12 @@ async fn inbox(api: &Api, args: InboxArgs, json: bool) -> anyhow::Result<u8> {
         for item in a["items"].as_array().into_iter().flatten() {
             let mark = if item["read"] == true { " " } else { "•" };
             let notification = &item["notification"];
-            let detail = notification["result"]
+            let data = &notification["data"];
+            let detail = data["result"]
                 .as_str()
-                .or(notification["error"].as_str())
-                .or(notification["task"]["instruction"].as_str())
+                .or(data["error"].as_str())
+                .or(data["wait_reason"].as_str())
+                .or(data["decision"]["decision"].as_str())
                 .unwrap_or("");
             println!(
                 "{mark} {}  {:<20}  task {}  {}",

@@ -9,7 +9,7 @@ use maestro_api::{CreateTask, Task, TaskPage};
 use maestro_db::tasks::NewTask;
 use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::space::SpaceRecord;
-use maestro_domain::{JobId, Owner, SpaceId, TaskId, Visibility};
+use maestro_domain::{JobId, JobStatus, Owner, SpaceId, TaskId, Visibility};
 use maestro_messaging::AfterCommit;
 use maestro_messaging::payloads::JobDispatch;
 
@@ -301,10 +301,19 @@ pub struct ListQuery {
     /// Only this space's tasks (with its public ones, if you are not a member).
     #[serde(default)]
     pub space: Option<String>,
+    /// Only tasks whose latest job has this status (`queued`, `running`, `waiting_human`, …).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Only tasks whose instruction contains this text (case-insensitive; at most 200 bytes).
+    #[serde(default)]
+    pub q: Option<String>,
 }
 
-/// `GET /api/local/tasks?limit=&before=&space=`: the tasks the caller may see, newest first:
-/// their own and the non-private tasks of their spaces.
+/// The longest search text.
+const MAX_SEARCH_BYTES: usize = 200;
+
+/// `GET /api/local/tasks?limit=&before=&space=&state=&q=`: the tasks the caller may see,
+/// newest first: their own and the non-private tasks of their spaces.
 #[utoipa::path(
     get,
     path = "/api/local/tasks",
@@ -333,10 +342,35 @@ pub async fn list(
                 .map_err(|_| ApiError::bad_request("invalid_query", "space is a space id"))
         })
         .transpose()?;
+    let status = query
+        .state
+        .as_deref()
+        .map(|s| {
+            JobStatus::ALL
+                .into_iter()
+                .find(|status| status.as_str() == s)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+                    ApiError::bad_request(
+                        "invalid_query",
+                        format!("state is one of {}", known.join(", ")),
+                    )
+                })
+        })
+        .transpose()?;
+    let text = query.q.as_deref().filter(|q| !q.trim().is_empty());
+    if text.is_some_and(|q| q.len() > MAX_SEARCH_BYTES || q.contains('\0')) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("q is at most {MAX_SEARCH_BYTES} bytes, without NUL characters"),
+        ));
+    }
     let filter = maestro_db::tasks::Filter {
         ids: None,
         before,
         space,
+        status,
+        text: text.map(str::trim),
     };
     let tasks = maestro_db::tasks::list(&state.pool, &owner, &filter, limit).await?;
     let next_before = if tasks.len() as i64 == limit {

@@ -1,5 +1,5 @@
-// The task list: newest first, paged by next_before, filtered by state and space, searched
-// by text (in the browser, over the pages loaded so far).
+// The task list: newest first, paged by next_before, filtered by state and space and searched
+// by text by the gateway (GET /api/local/tasks?state=&space=&q=).
 import { api, enc } from '../api.js';
 import { h, clear, field, badge, timeEl, uid } from '../dom.js';
 import { spaces, errorBox, pageHead, empty } from './common.js';
@@ -27,7 +27,7 @@ export function render(main) {
     pageHead('Tasks', h('a.button.primary', { href: '/ui/new' }, 'New task')),
     h('form.filters', { role: 'search', on: { submit: (e) => e.preventDefault() } },
       field('State', state), field('Space', space),
-      field('Search', search, 'Searches the instructions of the tasks loaded on this page (in your browser).')),
+      field('Search', search, 'Finds tasks whose instruction contains these words.')),
     err, count, list, h('div.actions', more));
 
   spaces().then((ss) => {
@@ -45,27 +45,36 @@ export function render(main) {
     history.replaceState(null, '', `/ui/${qs ? `?${qs}` : ''}`);
   }
 
+  const filtered = () => !!(state.value || space.value || search.value.trim());
+
   function draw() {
     clear(list);
-    const q = search.value.trim().toLowerCase();
-    const shown = tasks.filter((t) => (!state.value || t.latest_job?.status === state.value)
-      && (!q || (t.instruction || '').toLowerCase().includes(q)));
-    for (const t of shown) list.append(row(t));
-    if (!shown.length) list.append(h('li', empty(tasks.length ? 'No loaded task matches these filters.' : 'No tasks yet. Start one with “New task”.')));
-    count.textContent = `${shown.length} of ${tasks.length} loaded task${tasks.length === 1 ? '' : 's'} shown${next ? ' (more to load)' : ''}.`;
+    for (const t of tasks) list.append(row(t));
+    if (!tasks.length) list.append(h('li', empty(filtered() ? 'No task matches these filters.' : 'No tasks yet. Start one with “New task”.')));
+    count.textContent = `${tasks.length} task${tasks.length === 1 ? '' : 's'} shown${next ? ' (more to load)' : ''}.`;
     more.hidden = !next;
   }
 
+  // The listing's query: the filters, as the gateway applies them.
+  function query() {
+    const qs = new URLSearchParams({ limit: '50' });
+    if (space.value) qs.set('space', space.value);
+    if (state.value) qs.set('state', state.value);
+    if (search.value.trim()) qs.set('q', search.value.trim());
+    return qs;
+  }
+
+  let generation = 0;
   async function load(reset) {
     if (reset) { tasks = []; next = null; }
     clear(err);
-    const qs = new URLSearchParams({ limit: '50' });
+    const qs = query();
     if (next) qs.set('before', next);
-    if (space.value) qs.set('space', space.value);
+    const mine = ++generation;
     more.disabled = true;
     try {
       const r = await api(`/api/local/tasks?${qs}`);
-      if (!alive) return;
+      if (!alive || mine !== generation) return; // a newer filter's answer wins
       tasks = tasks.concat(r.tasks || []);
       next = r.next_before || null;
       draw();
@@ -76,25 +85,33 @@ export function render(main) {
     }
   }
 
-  state.addEventListener('change', () => { syncUrl(); draw(); });
-  search.addEventListener('input', () => { syncUrl(); draw(); });
+  let typing = null;
+  state.addEventListener('change', () => { syncUrl(); load(true); });
+  search.addEventListener('input', () => {
+    syncUrl();
+    clearTimeout(typing);
+    typing = setTimeout(() => load(true), 250);
+  });
   space.addEventListener('change', () => { syncUrl(); load(true); });
   more.addEventListener('click', () => load(false));
   load(true);
   const timer = setInterval(() => { if (document.visibilityState === 'visible' && !next) refresh(); }, 10_000);
   async function refresh() {
-    const qs = new URLSearchParams({ limit: '50' });
-    if (space.value) qs.set('space', space.value);
+    const qs = query();
     try {
       const r = await api(`/api/local/tasks?${qs}`);
       if (!alive) return;
       const fresh = new Map((r.tasks || []).map((t) => [t.id, t]));
       const known = new Set(tasks.map((t) => t.id));
-      tasks = (r.tasks || []).filter((t) => !known.has(t.id)).concat(tasks.map((t) => fresh.get(t.id) || t));
+      // Newly listed tasks on top; a task that left the filter (its state changed) goes.
+      const newest = r.tasks?.length ? r.tasks[r.tasks.length - 1].id : null;
+      tasks = (r.tasks || []).filter((t) => !known.has(t.id))
+        .concat(tasks.map((t) => fresh.get(t.id) || t)
+          .filter((t) => fresh.has(t.id) || (newest && t.id < newest)));
       draw();
     } catch { /* keep what is shown */ }
   }
-  return () => { alive = false; clearInterval(timer); };
+  return () => { alive = false; clearInterval(timer); clearTimeout(typing); };
 }
 
 function row(t) {
