@@ -79,6 +79,34 @@ async fn run(stack: &Stack, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `maestro --json tasks create INSTRUCTION FOLLOW` (`--watch` or `--exit-on-pause`): its exit
+/// code and the task's id, after checking that the last line names the outcome that code says.
+async fn create_and_follow(stack: &Stack, instruction: &str, follow: &str) -> (i32, String) {
+    let (code, out, err) = run(stack, &["--json", "tasks", "create", instruction, follow]).await;
+    let last = parse(out.lines().last().expect("some output"));
+    let outcome = match code {
+        0 => "succeeded",
+        3 => "failed",
+        4 => "cancelled",
+        5 => "waiting_human",
+        _ => panic!("exit code {code}: {out} {err}"),
+    };
+    assert_eq!(last["outcome"], outcome, "{err}");
+    let task_id = last["task"]["id"].as_str().expect("the task id").to_owned();
+    (code, task_id)
+}
+
+/// `maestro --json tasks list` against `url` with `token`, which must fail (exit 1): the code
+/// of the error it prints.
+async fn list_refused(url: &str, token: &str) -> Value {
+    let out = cli(url, token, &["--json", "tasks", "list"])
+        .output()
+        .await
+        .expect("maestro runs");
+    assert_eq!(out.status.code(), Some(1));
+    parse(&String::from_utf8_lossy(&out.stdout))["error"]["code"].clone()
+}
+
 fn parse(stdout: &str) -> Value {
     serde_json::from_str(stdout).unwrap_or_else(|e| panic!("--json output parses ({e}): {stdout}"))
 }
@@ -284,21 +312,9 @@ async fn create_then_watch_to_the_end_through_a_cut_connection() {
 async fn approve_a_paused_call_from_the_cli() {
     let stack = stack().await;
     // The job pauses for the gated edit: exit code 5 with --exit-on-pause.
-    let (code, out, err) = run(
-        &stack,
-        &[
-            "--json",
-            "tasks",
-            "create",
-            "cli-gate: edit note.txt",
-            "--exit-on-pause",
-        ],
-    )
-    .await;
-    assert_eq!(code, 5, "a paused task exits 5: {err}");
-    let last = parse(out.lines().last().expect("some output"));
-    assert_eq!(last["outcome"], "waiting_human");
-    let task_id = last["task"]["id"].as_str().expect("the task id").to_owned();
+    let (code, task_id) =
+        create_and_follow(&stack, "cli-gate: edit note.txt", "--exit-on-pause").await;
+    assert_eq!(code, 5, "a paused task exits 5 (waiting_human)");
 
     let (code, listed, _) = run(&stack, &["--json", "actions", "list", &task_id]).await;
     assert_eq!(code, 0);
@@ -351,21 +367,8 @@ async fn approve_a_paused_call_from_the_cli() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_follow_the_outcome_and_bad_input_is_refused() {
     let stack = stack().await;
-    let (code, out, err) = run(
-        &stack,
-        &[
-            "--json",
-            "tasks",
-            "create",
-            "cli-fail: nothing scripted",
-            "--watch",
-        ],
-    )
-    .await;
-    assert_eq!(code, 3, "a failed task exits 3: {out} {err}");
-    let last = parse(out.lines().last().expect("some output"));
-    assert_eq!(last["outcome"], "failed");
-    let task_id = last["task"]["id"].as_str().expect("the task id").to_owned();
+    let (code, task_id) = create_and_follow(&stack, "cli-fail: nothing scripted", "--watch").await;
+    assert_eq!(code, 3, "a failed task exits 3");
     assert_eq!(stack.task(&task_id).await.status(), Some(JobStatus::Failed));
 
     // Cancelled: a continued job cancelled before it runs, watched to its end.
@@ -419,26 +422,9 @@ async fn exit_codes_follow_the_outcome_and_bad_input_is_refused() {
     assert_eq!(tasks(&stack).await, before, "nothing created");
 
     // A bad token: 401 as JSON; the gateway down: unreachable, exit 1.
-    let out = cli(&stack.url(""), "wrong", &["--json", "tasks", "list"])
-        .output()
-        .await
-        .expect("maestro runs");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(list_refused(&stack.url(""), "wrong").await, "unauthorized");
     assert_eq!(
-        parse(&String::from_utf8_lossy(&out.stdout))["error"]["code"],
-        "unauthorized"
-    );
-    let out = cli(
-        "http://127.0.0.1:9",
-        &stack.token,
-        &["--json", "tasks", "list"],
-    )
-    .output()
-    .await
-    .expect("maestro runs");
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        parse(&String::from_utf8_lossy(&out.stdout))["error"]["code"],
+        list_refused("http://127.0.0.1:9", &stack.token).await,
         "unreachable"
     );
 

@@ -93,14 +93,8 @@ enum TaskCommand {
 #[derive(Args)]
 struct CreateArgs {
     instruction: String,
-    /// A piece, or `auto` for the router [default: the deployment's or the space's].
-    #[arg(long)]
-    piece: Option<String>,
-    #[arg(long)]
-    model: Option<String>,
-    /// The space the task goes in.
-    #[arg(long)]
-    space: Option<String>,
+    #[command(flatten)]
+    template: Template,
     /// `private`, `space` or `public`.
     #[arg(long)]
     visibility: Option<String>,
@@ -115,6 +109,20 @@ struct CreateArgs {
     idempotency_key: Option<String>,
     #[command(flatten)]
     follow: FollowArgs,
+}
+
+/// What a new task runs with, for a create and a schedule's tasks alike.
+#[derive(Args)]
+struct Template {
+    /// A piece, or `auto` for the router [default: the deployment's or the space's].
+    #[arg(long)]
+    piece: Option<String>,
+    /// A model [default: the piece's, the space's or the deployment's].
+    #[arg(long)]
+    model: Option<String>,
+    /// The space the task goes in (a space id).
+    #[arg(long)]
+    space: Option<String>,
 }
 
 #[derive(Args)]
@@ -231,19 +239,17 @@ struct ScheduleArgs {
     /// 5 fields (or 6 with seconds), or @hourly, @daily, …
     #[arg(long)]
     cron: String,
+    /// What each of its tasks is asked to do.
     #[arg(long)]
     instruction: String,
+    /// A name to tell it by.
     #[arg(long)]
     name: Option<String>,
     /// An IANA zone the cron is read in [default: UTC].
     #[arg(long)]
     timezone: Option<String>,
-    #[arg(long)]
-    piece: Option<String>,
-    #[arg(long)]
-    model: Option<String>,
-    #[arg(long)]
-    space: Option<String>,
+    #[command(flatten)]
+    template: Template,
     /// skip, allow or queue.
     #[arg(long)]
     overlap: Option<String>,
@@ -480,9 +486,10 @@ fn encode(segment: &str) -> String {
 async fn create(api: &Api, args: &CreateArgs) -> anyhow::Result<Task> {
     let body = CreateTask {
         instruction: args.instruction.clone(),
-        piece: args.piece.clone(),
-        model: args.model.clone(),
+        piece: args.template.piece.clone(),
+        model: args.template.model.clone(),
         space_id: args
+            .template
             .space
             .as_deref()
             .map(|s| {
@@ -780,9 +787,9 @@ async fn schedules(api: &Api, command: ScheduleCommand, json: bool) -> anyhow::R
         ScheduleCommand::Create(args) => {
             let mut task = json!({"instruction": args.instruction});
             for (key, value) in [
-                ("piece", &args.piece),
-                ("model", &args.model),
-                ("space_id", &args.space),
+                ("piece", &args.template.piece),
+                ("model", &args.template.model),
+                ("space_id", &args.template.space),
             ] {
                 if let Some(value) = value {
                     task[key] = json!(value);
