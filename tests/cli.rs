@@ -428,6 +428,10 @@ async fn exit_codes_follow_the_outcome_and_bad_input_is_refused() {
         "unreachable"
     );
 
+    let (code, out, _) = run(&stack, &["--json", "whoami"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(parse(&out), json!({"owner": "alice", "admin": true}));
+
     // Schedules, webhooks and the inbox answer JSON that parses.
     let (code, out, err) = run(
         &stack,

@@ -10,7 +10,7 @@ use std::process::Command;
 use maestro_testkit::{Stack, StackOptions};
 use serde_json::{Value, json};
 
-/// Cases per operation and phase: over the 59 operations, well past a thousand in all.
+/// Cases per operation and phase: over the 60 operations, well past a thousand in all.
 const EXAMPLES: &str = "40";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,7 +69,7 @@ impl utoipa::Modify for BearerAuth {
 /// The REST routes and their OpenAPI document.
 pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use routes::{
-        actions, comments, continues, files, health, history, inbox, mcp_logins, schedules,
+        actions, comments, continues, files, health, history, inbox, mcp_logins, me, schedules,
         space_files, spaces, stream, tasks, tokens, webhooks,
     };
     use utoipa::OpenApi as _;
@@ -129,6 +129,7 @@ pub fn api() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             get(space_files::get),
         )
         .routes(routes!(space_files::commits))
+        .routes(routes!(me::get))
         .routes(routes!(tokens::create, tokens::list))
         .routes(routes!(tokens::revoke))
         .split_for_parts()
@@ -262,7 +263,7 @@ mod tests {
             .values()
             .map(|item| item.as_object().map_or(0, |ops| ops.len()))
             .sum();
-        assert_eq!(operations, 59, "every REST operation: {:?}", paths.keys());
+        assert_eq!(operations, 60, "every REST operation: {:?}", paths.keys());
         assert!(paths.contains_key("/api/local/tasks/{id}/files/{path}"));
         assert!(paths.contains_key("/api/local/tasks/{id}/files"));
         assert_eq!(

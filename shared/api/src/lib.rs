@@ -20,7 +20,7 @@ pub use schedule::{
     CreateSchedule, Schedule, SchedulePage, ScheduleRun, ScheduleRunPage, TaskTemplate,
 };
 pub use space::{
-    CreateToken, Patch, SetMember, Space, SpaceCommits, SpaceFiles, SpaceList, SpaceSettings,
+    CreateToken, Me, Patch, SetMember, Space, SpaceCommits, SpaceFiles, SpaceList, SpaceSettings,
     TokenInfo, TokenList,
 };
 pub use task::{

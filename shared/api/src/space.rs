@@ -165,3 +165,12 @@ pub struct SpaceFiles {
 pub struct SpaceCommits {
     pub commits: Vec<maestro_domain::tools::SpaceCommit>,
 }
+
+/// `GET /api/local/me`: who the request's token stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Me {
+    /// The owner the token stands for: tasks, webhooks, schedules and the inbox are theirs.
+    pub owner: String,
+    /// Whether the token may manage API tokens (`/api/local/admin/tokens`).
+    pub admin: bool,
+}

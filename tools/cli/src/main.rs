@@ -1,6 +1,6 @@
 //! `maestro`: MAESTRO from a terminal. Tasks (create, list, show, watch, cancel, continue,
 //! comment), what paused jobs wait for (list, approve, deny, answer, resolve, token),
-//! schedules, webhooks and the inbox — every command a call of the gateway's REST API, with
+//! schedules, webhooks, the inbox and `whoami` — every command a call of the gateway's REST API, with
 //! `--json` printing the API's own answers. docs/cli.md.
 //!
 //! Exit codes: 0 done (a watched task succeeded), 1 an error (the message says which; with
@@ -62,6 +62,8 @@ enum Command {
     Webhooks(WebhookCommand),
     /// Notifications: outcomes, pauses and decisions of your tasks, newest first.
     Inbox(InboxArgs),
+    /// Who the token stands for (and whether it is an admin's).
+    Whoami,
 }
 
 #[derive(Subcommand)]
@@ -323,6 +325,14 @@ async fn run(api: &Api, command: Command, json: bool) -> anyhow::Result<u8> {
         Command::Schedules(command) => schedules(api, command, json).await,
         Command::Webhooks(command) => webhooks(api, command, json).await,
         Command::Inbox(args) => inbox(api, args, json).await,
+        Command::Whoami => {
+            let me: maestro_api::Me = api.get("/api/local/me").await?;
+            show(json, &me, |me| {
+                let admin = if me.admin { " (admin)" } else { "" };
+                println!("{}{admin} at {}", me.owner, api.url(""));
+            });
+            Ok(0)
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod health;
 pub mod history;
 pub mod inbox;
 pub mod mcp_logins;
+pub mod me;
 pub mod schedules;
 pub mod space_files;
 pub mod spaces;
