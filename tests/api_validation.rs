@@ -225,6 +225,12 @@ async fn bad_requests_get_clear_json_errors_and_write_nothing() {
     }
     let answer = call(&stack, Method::GET, "/api/local/tasks?limit=0", token, None).await;
     assert_error("limit 0", &answer, 400, "invalid_query");
+    let long = "x".repeat(201);
+    for query in ["state=sleeping", &format!("q={long}"), "q=a%00b"] {
+        let path = format!("/api/local/tasks?{query}");
+        let answer = call(&stack, Method::GET, &path, token, None).await;
+        assert_error(&path, &answer, 400, "invalid_query");
+    }
 
     assert_eq!(count_rows(&stack).await, 0, "no bad request wrote anything");
 }
@@ -647,4 +653,55 @@ async fn hostile_bodies_never_earn_a_5xx() {
             "no internal error: {body} -> {answer}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_list_filters_by_state_and_searches_instructions() {
+    let stack = gateway_only().await;
+    let token = Some(stack.token.as_str());
+    for instruction in ["A 50% discount", "Plain words", "snake_case names", "other"] {
+        let body = json!({"instruction": instruction}).to_string();
+        let created = call(&stack, Method::POST, "/api/local/tasks", token, Some(&body)).await;
+        assert_eq!(created.0, 201, "{}", created.1);
+    }
+    let bob = call(
+        &stack,
+        Method::POST,
+        "/api/local/tasks",
+        Some(stack.other_token.as_str()),
+        Some(r#"{"instruction": "bob's discount"}"#),
+    )
+    .await;
+    assert_eq!(bob.0, 201);
+    let found = |query: &'static str| {
+        let stack = &stack;
+        async move {
+            let (status, body) = call(
+                stack,
+                Method::GET,
+                &format!("/api/local/tasks?{query}"),
+                token,
+                None,
+            )
+            .await;
+            assert_eq!(status, 200, "{query}: {body}");
+            let mut names: Vec<String> = body["tasks"]
+                .as_array()
+                .expect("tasks")
+                .iter()
+                .map(|t| t["instruction"].as_str().expect("instruction").to_owned())
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    // Case-insensitive; `%` and `_` are themselves, not wildcards; only the caller's tasks.
+    assert_eq!(found("q=DISCOUNT").await, ["A 50% discount"]);
+    assert_eq!(found("q=%25").await, ["A 50% discount"]);
+    assert_eq!(found("q=_").await, ["snake_case names"]);
+    assert_eq!(found("q=nothing%20like%20it").await, Vec::<String>::new());
+    // No worker runs here: every job is queued.
+    assert_eq!(found("state=queued").await.len(), 4);
+    assert_eq!(found("state=running&q=plain").await, Vec::<String>::new());
+    assert_eq!(found("state=queued&q=plain&limit=1").await, ["Plain words"]);
 }

@@ -428,6 +428,30 @@ async fn exit_codes_follow_the_outcome_and_bad_input_is_refused() {
         "unreachable"
     );
 
+    // A retried create with the same key: the same task, and said so.
+    let create = [
+        "tasks",
+        "create",
+        "cli-fail: once",
+        "--idempotency-key",
+        "cli-key-1",
+    ];
+    let (code, first, _) = run(&stack, &create).await;
+    assert_eq!(code, 0);
+    let (code, again, _) = run(&stack, &create).await;
+    assert_eq!(code, 0);
+    let id = |text: &str| {
+        text.split_whitespace()
+            .find(|word| word.len() == 36 && word.matches('-').count() == 4)
+            .map(str::to_owned)
+    };
+    assert!(first.starts_with("created task "), "{first}");
+    assert!(
+        again.contains("already existed for this idempotency key"),
+        "{again}"
+    );
+    assert_eq!(id(&first), id(&again));
+
     let (code, out, _) = run(&stack, &["--json", "whoami"]).await;
     assert_eq!(code, 0);
     assert_eq!(parse(&out), json!({"owner": "alice", "admin": true}));

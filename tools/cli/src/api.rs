@@ -137,18 +137,33 @@ impl Api {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<T, ApiError> {
+        self.send_replayable(request)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`Api::send`], and whether the gateway answered a repeat of an earlier request
+    /// (`Idempotent-Replayed: true`: the same `Idempotency-Key`, nothing new was made).
+    pub async fn send_replayable<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(T, bool), ApiError> {
         let response = request.send().await.map_err(unreachable)?;
         let response = refusal(response).await?;
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
         let status = response.status();
         let text = response.text().await.map_err(unreachable)?;
-        serde_json::from_str(if text.is_empty() { "null" } else { &text }).map_err(|e| {
-            ApiError::Refused {
+        serde_json::from_str(if text.is_empty() { "null" } else { &text })
+            .map(|answer| (answer, replayed))
+            .map_err(|e| ApiError::Refused {
                 status,
                 code: "unexpected_answer".to_owned(),
                 message: format!("the gateway's answer could not be read: {e}"),
                 body: Value::String(text),
-            }
-        })
+            })
     }
 }
 

@@ -369,9 +369,17 @@ fn show<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce(&T)) {
 async fn tasks(api: &Api, command: TaskCommand, json: bool) -> anyhow::Result<u8> {
     match command {
         TaskCommand::Create(args) => {
-            let task = create(api, &args).await?;
+            let (task, replayed) = create(api, &args).await?;
             announce(json, &args.follow, &task, |t| {
-                println!("created task {} ({})", t.id(), render::state(t));
+                if replayed {
+                    println!(
+                        "task {} already existed for this idempotency key ({}); nothing new made",
+                        t.id(),
+                        render::state(t)
+                    );
+                } else {
+                    println!("created task {} ({})", t.id(), render::state(t));
+                }
             })?;
             follow(api, task.id(), &args.follow, json).await
         }
@@ -493,7 +501,8 @@ fn encode(segment: &str) -> String {
     out
 }
 
-async fn create(api: &Api, args: &CreateArgs) -> anyhow::Result<Task> {
+/// Create the task; whether the gateway answered an earlier create with the same key.
+async fn create(api: &Api, args: &CreateArgs) -> anyhow::Result<(Task, bool)> {
     let body = CreateTask {
         instruction: args.instruction.clone(),
         piece: args.template.piece.clone(),
@@ -540,7 +549,7 @@ async fn create(api: &Api, args: &CreateArgs) -> anyhow::Result<Task> {
         }
         request.multipart(form)
     };
-    Ok(api.send(request).await?)
+    Ok(api.send_replayable(request).await?)
 }
 
 /// The media type a file is sent as, from its extension (the gateway accepts a known set).
