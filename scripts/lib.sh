@@ -7,6 +7,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/tmp/maestro-target}
 TOOLS_DIR=${MAESTRO_TOOLS_DIR:-/var/tmp/maestro-tools}
 NATS_SERVER_VERSION=2.15.1
 PLAYWRIGHT_VERSION=1.65.1
+AXE_CORE_VERSION=4.14.1
 
 log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -105,16 +106,21 @@ ensure_chromium() {
   apt_install chromium
 }
 
-# The browser test's driver: npm playwright-core (no bundled browsers), pinned, outside the clone.
+# The browser test's driver and auditor: npm playwright-core (no bundled browsers) and axe-core
+# (the accessibility rules), pinned, outside the clone.
 ensure_playwright() {
   export PLAYWRIGHT_DIR=${PLAYWRIGHT_DIR:-$TOOLS_DIR/playwright}
-  local installed=$PLAYWRIGHT_DIR/node_modules/playwright-core/package.json
-  if [ -f "$installed" ] && grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$installed"; then return 0; fi
+  local modules=$PLAYWRIGHT_DIR/node_modules
+  if grep -qs "\"version\": \"$PLAYWRIGHT_VERSION\"" "$modules/playwright-core/package.json" \
+    && grep -qs "\"version\": \"$AXE_CORE_VERSION\"" "$modules/axe-core/package.json"; then
+    return 0
+  fi
   command -v npm >/dev/null || die "the browser test needs Node.js and npm"
-  log "installing playwright-core $PLAYWRIGHT_VERSION (npm) into $PLAYWRIGHT_DIR"
+  log "installing playwright-core $PLAYWRIGHT_VERSION and axe-core $AXE_CORE_VERSION (npm) into $PLAYWRIGHT_DIR"
   mkdir -p "$PLAYWRIGHT_DIR"
-  (cd "$PLAYWRIGHT_DIR" && npm install -q --no-audit --no-fund "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null) \
-    || die "cannot install playwright-core"
+  (cd "$PLAYWRIGHT_DIR" && npm install -q --no-audit --no-fund \
+    "playwright-core@$PLAYWRIGHT_VERSION" "axe-core@$AXE_CORE_VERSION" >/dev/null) \
+    || die "cannot install playwright-core and axe-core"
 }
 
 # A nats-server binary for tests and the demo: NATS_SERVER_BIN if set, else the pinned

@@ -2,7 +2,8 @@
 //! (`tests/ui/browser.mjs`, npm `playwright-core`, which `scripts/test` installs outside the
 //! clone) against a whole stack of this test's own. The script signs in, creates a task and
 //! watches it stream, approves a tool call from its card, answers a question, comments during a
-//! run, cancels, continues, and reconnects after the network is cut; it saves a screenshot of
+//! run, cancels, continues, and reconnects after the network is cut; every page it shows passes
+//! axe-core's WCAG 2.1 AA rules (no serious or critical violation), and it saves a screenshot of
 //! each page (`UI_SCREENSHOTS=docs/ui` refreshes the README's).
 
 use std::path::{Path, PathBuf};
@@ -37,12 +38,14 @@ fn chromium() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_works_through_the_browser() {
     let module = playwright().join("node_modules/playwright-core/index.mjs");
+    let axe = playwright().join("node_modules/axe-core/axe.min.js");
     assert!(
-        module.exists() && chromium().exists(),
-        "the browser test needs Chromium ({}) and playwright-core ({}): \
-         `source scripts/lib.sh && ensure_chromium && ensure_playwright` installs both",
+        module.exists() && axe.exists() && chromium().exists(),
+        "the browser test needs Chromium ({}), playwright-core ({}) and axe-core ({}): \
+         `source scripts/lib.sh && ensure_chromium && ensure_playwright` installs them",
         chromium().display(),
-        module.display()
+        module.display(),
+        axe.display()
     );
     let script = repo().join("tests/ui/browser.mjs");
     let scenarios: serde_json::Value = serde_json::from_str(
@@ -63,6 +66,7 @@ async fn a_person_works_through_the_browser() {
         .env("SCRIPTED_LLM_URL", &llm)
         .env("SCREENSHOT_DIR", &shots)
         .env("PLAYWRIGHT_CORE", &module)
+        .env("AXE_CORE", &axe)
         .env("PLAYWRIGHT_CHROMIUM", chromium())
         .kill_on_drop(true)
         .output();

@@ -3,13 +3,15 @@
 //   MAESTRO_URL=http://127.0.0.1:8080 MAESTRO_TOKEN=demo-token SCRIPTED_LLM_URL=http://127.0.0.1:8000 \
 //   [SCREENSHOT_DIR=docs/ui] node tests/ui/browser.mjs
 //
-// Plain Node (20+) with playwright-core; Chromium from PLAYWRIGHT_CHROMIUM (default /usr/bin/chromium).
+// Plain Node (20+) with playwright-core; Chromium from PLAYWRIGHT_CHROMIUM (default /usr/bin/chromium);
+// axe-core from AXE_CORE (tests/ui/axe.mjs) audits every page it photographs.
 // Each step prints `ok - <step>`; the first failure prints the error, saves failure.png (with
 // SCREENSHOT_DIR) and exits 1.
 
 import { readFileSync, existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { audit } from './axe.mjs';
 
 const PW = process.env.PLAYWRIGHT_CORE || '/var/tmp/maestro-tools/playwright/node_modules/playwright-core/index.mjs';
 const { chromium } = await import(PW);
@@ -53,8 +55,12 @@ function assert(cond, msg) { if (!cond) throw new Error(`assertion failed: ${msg
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let page, context, browser;
+// Every page the test shows is photographed and audited (axe-core, WCAG 2.1 A/AA: a serious or
+// critical violation fails the step).
+const audited = [];
 async function shot(name, fullPage = true) {
   if (SHOTS && page) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage });
+  if (page) { await audit(page, name); audited.push(name); }
 }
 async function step(name, fn) {
   try {
@@ -91,6 +97,11 @@ async function waitStreaming() {
 
 const made = { schedule: null, webhook: null };
 async function cleanup() {
+  // What the forms made, even when a step failed before noting its id.
+  const ss = await api('/api/local/schedules?limit=100').then((r) => r.schedules).catch(() => []);
+  made.schedule ||= ss.find((x) => x.name === `ui test ${RUN}`)?.id;
+  const ws = await api('/api/webhooks').then((r) => r.webhooks).catch(() => []);
+  made.webhook ||= ws.find((x) => x.url.endsWith(`maestro-ui-${RUN}`))?.id;
   if (made.schedule) await api(`/api/local/schedules/${made.schedule}`, { method: 'DELETE' }).catch(() => {});
   if (made.webhook) await api(`/api/webhooks/${made.webhook}`, { method: 'DELETE' }).catch(() => {});
   made.schedule = made.webhook = null;
@@ -129,6 +140,11 @@ await step('sign in (a wrong token is refused, the right one is kept in sessionS
   await page.waitForSelector('#topbar:not([hidden])', { timeout: WAIT });
   assert(!page.url().includes(TOKEN), 'token not in the URL');
   assert(await page.evaluate(() => sessionStorage.getItem('maestro.token')) === TOKEN, 'token in sessionStorage');
+  // The top bar says who the token stands for (GET /api/local/me).
+  const me = await api('/api/local/me');
+  const who = page.locator('#topbar #whoami');
+  await who.filter({ hasText: `Signed in as ${me.owner}` }).waitFor({ timeout: WAIT });
+  assert((await who.textContent()).includes('admin') === me.admin, `admin shown iff admin: ${await who.textContent()}`);
 });
 
 let streamTask;
@@ -329,27 +345,94 @@ await step('inbox: notifications with the unread count, mark one read', async ()
   assert(shownAfter !== shownBefore || shownBefore === 0, `the unread count changed (${shownBefore} -> ${shownAfter})`);
 });
 
-await step('schedules: list, pause, resume, run now', async () => {
-  const s = await api('/api/local/schedules', { method: 'POST', body: { name: `ui test ${RUN}`, cron: '0 3 * * *', task: { instruction: `ui-test-schedule ${RUN}` } } });
-  made.schedule = s.id;
+await step('schedules: a bad cron shows the API\'s error and makes nothing', async () => {
   await nav('Schedules').click();
-  const row = page.locator(`.schedule[data-id="${s.id}"]`);
-  await row.waitFor({ timeout: WAIT });
-  await shot('schedules');
-  await row.getByRole('button', { name: 'Pause' }).click();
-  await page.locator(`.schedule[data-id="${s.id}"] .badge.s-paused`).waitFor({ timeout: WAIT });
-  await page.locator(`.schedule[data-id="${s.id}"]`).getByRole('button', { name: 'Resume' }).click();
-  await page.locator(`.schedule[data-id="${s.id}"] .badge.s-active`).waitFor({ timeout: WAIT });
-  await page.locator(`.schedule[data-id="${s.id}"]`).getByRole('button', { name: 'Run now' }).click();
-  await page.locator(`.schedule[data-id="${s.id}"] a:has-text("open the run")`).waitFor({ timeout: WAIT });
+  await page.getByRole('button', { name: 'New schedule' }).click();
+  const form = page.locator('form.newschedule');
+  await form.waitFor({ timeout: WAIT });
+  await form.getByLabel('Name (optional)').fill(`ui test ${RUN}`);
+  await form.getByLabel('Cron', { exact: true }).fill('every day at three');
+  await form.getByLabel('Time zone (optional)').fill('Europe/Berlin');
+  await form.getByLabel('Instruction').fill(`ui-test-schedule ${RUN}`);
+  await page.waitForSelector('form.newschedule select[name=piece] option[value=chat]', { state: 'attached' });
+  await form.getByLabel('Piece').selectOption('chat');
+  await form.getByLabel('Overlap').selectOption('queue');
+  await form.getByRole('button', { name: 'Create schedule' }).click();
+  const status = form.locator('.formstatus[data-kind=error]');
+  await status.waitFor({ timeout: WAIT });
+  const shown = await status.textContent();
+  const refused = await fetch(`${BASE}/api/local/schedules`, {
+    method: 'POST', headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ cron: 'every day at three', task: { instruction: 'x' } }),
+  });
+  const body = await refused.json();
+  assert(refused.status === 422 && body.error.code === 'invalid_cron', `the API refuses the cron: ${refused.status} ${JSON.stringify(body)}`);
+  assert(shown.includes('invalid_cron') && shown.includes(body.error.message), `the form shows the API's error: ${shown}`);
+  assert(await form.getByLabel('Cron', { exact: true }).getAttribute('aria-invalid') === 'true', 'the cron field is marked invalid');
+  await shot('schedule-form');
+  const all = (await api('/api/local/schedules?limit=100')).schedules;
+  assert(!all.some((x) => x.name === `ui test ${RUN}`), 'no schedule was made');
 });
 
-await step('webhooks list', async () => {
-  const w = await api('/api/webhooks', { method: 'POST', body: { url: `https://example.com/hooks/maestro-ui-${RUN}`, event_types: ['schedule.failed'] } });
-  made.webhook = w.id;
+await step('schedules: create from the form, then pause, resume, run now', async () => {
+  const form = page.locator('form.newschedule');
+  await form.getByLabel('Cron', { exact: true }).fill('0 3 * * *');
+  await form.getByRole('button', { name: 'Create schedule' }).click();
+  await form.waitFor({ state: 'hidden', timeout: WAIT });
+  const row = page.locator('.schedule').filter({ hasText: `ui test ${RUN}` });
+  await row.waitFor({ timeout: WAIT });
+  const id = await row.getAttribute('data-id');
+  made.schedule = id;
+  const s = (await api('/api/local/schedules?limit=100')).schedules.find((x) => x.id === id);
+  assert(s && s.cron === '0 3 * * *' && s.timezone === 'Europe/Berlin' && s.overlap === 'queue'
+    && s.task.instruction === `ui-test-schedule ${RUN}` && s.task.piece === 'chat', `the schedule as sent: ${JSON.stringify(s)}`);
+  assert((await row.textContent()).includes(s.description), `the row shows the cron in words (${s.description})`);
+  await shot('schedules');
+  await row.getByRole('button', { name: 'Pause' }).click();
+  await page.locator(`.schedule[data-id="${id}"] .badge.s-paused`).waitFor({ timeout: WAIT });
+  await page.locator(`.schedule[data-id="${id}"]`).getByRole('button', { name: 'Resume' }).click();
+  await page.locator(`.schedule[data-id="${id}"] .badge.s-active`).waitFor({ timeout: WAIT });
+  await page.locator(`.schedule[data-id="${id}"]`).getByRole('button', { name: 'Run now' }).click();
+  await page.locator(`.schedule[data-id="${id}"] a:has-text("open the run")`).waitFor({ timeout: WAIT });
+});
+
+await step('webhooks: create from the form, the secret shown once, delete from the list', async () => {
+  const url = `https://example.com/hooks/maestro-ui-${RUN}`;
   await nav('Webhooks').click();
-  await page.locator(`.webhook[data-id="${w.id}"]`).waitFor({ timeout: WAIT });
+  await page.getByRole('button', { name: 'New webhook' }).click();
+  const form = page.locator('form.newwebhook');
+  await form.waitFor({ timeout: WAIT });
+  await form.getByLabel('URL').fill(url);
+  await form.getByLabel('schedule.failed').check();
+  await form.getByLabel('webhook.disabled').check();
+  await form.getByRole('button', { name: 'Create webhook' }).click();
+  const box = page.locator('.card.secret');
+  await box.waitFor({ timeout: WAIT });
+  assert(await page.locator('.card.secret').count() === 1, 'one secret box');
+  assert((await box.textContent()).includes('it is not shown again'), 'the box says it is shown once');
+  const secret = await box.getByLabel('Secret').inputValue();
+  assert(/^whsec_[A-Za-z0-9+/=]{16,}$/.test(secret), `a whsec_ secret: ${secret}`);
+  const row = page.locator('.webhook').filter({ hasText: url });
+  await row.waitFor({ timeout: WAIT });
+  const id = await row.getAttribute('data-id');
+  made.webhook = id;
+  const w = (await api('/api/webhooks')).webhooks.find((x) => x.id === id);
+  assert(JSON.stringify(w?.event_types) === JSON.stringify(['schedule.failed', 'webhook.disabled']), `event types as checked: ${JSON.stringify(w?.event_types)}`);
+  assert(!('secret' in w) || !w.secret, 'the list does not carry the secret');
+  assert(!(await page.locator('.webhooks').textContent()).includes(secret), 'the secret is not in the list');
   await shot('webhooks');
+  // Shown once: after a reload of the page the secret is gone.
+  await page.reload();
+  await page.locator(`.webhook[data-id="${id}"]`).waitFor({ timeout: WAIT });
+  assert(await page.locator('.card.secret').count() === 0, 'no secret box after a reload');
+  assert(!(await page.content()).includes(secret), 'the secret is not on the page any more');
+  // Delete takes a second press.
+  await page.locator(`.webhook[data-id="${id}"]`).getByRole('button', { name: 'Delete', exact: true }).click();
+  assert((await api('/api/webhooks')).webhooks.some((x) => x.id === id), 'the first press deletes nothing');
+  await page.locator(`.webhook[data-id="${id}"]`).getByRole('button', { name: 'Yes, delete' }).click();
+  await page.locator(`.webhook[data-id="${id}"]`).waitFor({ state: 'detached', timeout: WAIT });
+  assert(!(await api('/api/webhooks')).webhooks.some((x) => x.id === id), 'the webhook is deleted');
+  made.webhook = null;
 });
 
 await step('a refused token returns to sign-in with a message', async () => {
@@ -365,4 +448,6 @@ await step('no script errors on any page', async () => {
 
 await cleanup();
 await browser.close();
+assert(audited.length >= 10, `every page was audited (${audited.join(', ')})`);
+console.log(`# ${audited.length} pages audited by axe-core: ${audited.join(', ')}`);
 console.log(`# passed in ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -1,7 +1,7 @@
 // MAESTRO web UI: a router over History-API paths below /ui/, the sign-in, the nav.
 
 import { api, session, onUnauthorized } from './api.js';
-import { h, clear, field, statusLine, setStatus } from './dom.js';
+import { h, append, clear, field, statusLine, setStatus } from './dom.js';
 import { SseStream } from './stream.js';
 import * as tasksView from './views/tasks.js';
 import * as newTaskView from './views/new-task.js';
@@ -42,6 +42,7 @@ async function route() {
   clear(main);
   if (!session.token) { showSignIn(); return; }
   topbar.hidden = false;
+  showWho();
   startInbox();
   const path = currentPath();
   for (const [re, view, nav] of ROUTES) {
@@ -77,7 +78,9 @@ function showSignIn() {
     setStatus(status, 'Checking the token…');
     session.set(value);
     try {
-      await api('/api/local/inbox?limit=1', { quiet401: true });
+      me = await api('/api/local/me', { quiet401: true });
+      me.token = value;
+      session.set(value, me.owner);
     } catch (err) {
       session.clear();
       setStatus(status, err.status === 401 ? 'That token was refused (401). Check it and try again.' : err.readable, 'error');
@@ -92,8 +95,31 @@ function showSignIn() {
   token.focus();
 }
 
+// --- who the token stands for (GET /api/local/me), shown in the top bar ---
+const whoEl = document.getElementById('whoami');
+let me = null; // {owner, admin, token}
+async function showWho() {
+  const token = session.token;
+  if (!me || me.token !== token) {
+    renderWho(session.owner ? { owner: session.owner, admin: false } : null);
+    try {
+      const r = await api('/api/local/me');
+      if (session.token !== token) return;
+      me = { ...r, token };
+    } catch { return; /* a 401 signs out; anything else leaves the stored owner shown */ }
+  }
+  renderWho(me);
+}
+function renderWho(who) {
+  clear(whoEl);
+  if (!who?.owner) return;
+  append(whoEl, ['Signed in as ', h('strong', who.owner), who.admin && h('span.badge.admin', 'admin')]);
+}
+
 function signOut(message) {
   session.clear();
+  me = null;
+  renderWho(null);
   signInMessage = message || '';
   history.replaceState(null, '', '/ui/');
   route();
