@@ -26,3 +26,20 @@ export function pageHead(title, ...extra) {
 export function empty(text) {
   return h('p.empty', text);
 }
+
+/**
+ * A button that shows and hides `form` (a create form): `aria-expanded` follows, the form's
+ * `first` field takes the focus when it opens, the button when it closes; `cancel` closes it.
+ * Returns the button and `show(open)`.
+ */
+export function disclosure(form, { label, first, cancel }) {
+  const toggle = h('button.primary', { type: 'button', 'aria-expanded': 'false', 'aria-controls': form.id }, label);
+  const show = (open) => {
+    form.hidden = !open;
+    toggle.setAttribute('aria-expanded', String(open));
+    if (open) first.focus(); else toggle.focus();
+  };
+  toggle.addEventListener('click', () => show(form.hidden));
+  cancel.addEventListener('click', () => show(false));
+  return { toggle, show };
+}

@@ -1,7 +1,7 @@
 // Schedules: a "new schedule" form, and the list with pause / resume / run now.
 import { api, enc } from '../api.js';
 import { h, clear, field, timeEl, statusLine, setStatus } from '../dom.js';
-import { errorBox, pageHead, empty } from './common.js';
+import { errorBox, pageHead, empty, disclosure } from './common.js';
 import { pieceSelect } from './new-task.js';
 
 const OVERLAPS = [
@@ -88,15 +88,7 @@ function newScheduleForm(created) {
     field('Instruction', instruction, 'What each run’s task should do.'),
     h('div.row', field('Piece', piece), field('Overlap', overlap, 'What a fire does while the previous run is still active.')),
     h('div.actions', submit, cancel), status);
-  const toggle = h('button.primary', { type: 'button', 'aria-expanded': 'false', 'aria-controls': 'new-schedule' }, 'New schedule');
-
-  const show = (open) => {
-    form.hidden = !open;
-    toggle.setAttribute('aria-expanded', String(open));
-    if (open) name.focus(); else toggle.focus();
-  };
-  toggle.addEventListener('click', () => show(form.hidden));
-  cancel.addEventListener('click', () => show(false));
+  const { toggle, show } = disclosure(form, { label: 'New schedule', first: name, cancel });
   for (const el of [cron, timezone]) el.addEventListener('input', () => el.removeAttribute('aria-invalid'));
 
   form.addEventListener('submit', async (e) => {

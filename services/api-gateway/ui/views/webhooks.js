@@ -2,7 +2,7 @@
 // disabled one and deleting one.
 import { api, enc } from '../api.js';
 import { h, clear, field, uid, timeEl, statusLine, setStatus } from '../dom.js';
-import { errorBox, pageHead, empty } from './common.js';
+import { errorBox, pageHead, empty, disclosure } from './common.js';
 
 export const EVENT_TYPES = [
   'task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting_human', 'task.decided',
@@ -115,15 +115,7 @@ function newWebhookForm(created) {
     field('URL', url, 'Each notification is POSTed here, signed.'),
     events,
     h('div.actions', submit, cancel), status);
-  const toggle = h('button.primary', { type: 'button', 'aria-expanded': 'false', 'aria-controls': 'new-webhook' }, 'New webhook');
-
-  const show = (open) => {
-    form.hidden = !open;
-    toggle.setAttribute('aria-expanded', String(open));
-    if (open) url.focus(); else toggle.focus();
-  };
-  toggle.addEventListener('click', () => show(form.hidden));
-  cancel.addEventListener('click', () => show(false));
+  const { toggle } = disclosure(form, { label: 'New webhook', first: url, cancel });
   url.addEventListener('input', () => url.removeAttribute('aria-invalid'));
 
   form.addEventListener('submit', async (e) => {
