@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// `edit_file` needs a person's approval of each call.
-const POLICY: &str = r#"{"allowed_tools": ["*"], "gated_tools": ["edit_file"]}"#;
+const POLICY: &str = r#"{"allowed_tools": ["*", "delegate"], "gated_tools": ["edit_file"]}"#;
 
 fn scenarios() -> Value {
     let long = "Durable agents keep every step they take. ".repeat(6);
@@ -34,7 +34,18 @@ fn scenarios() -> Value {
             ]},
             {"tool_calls": [{"name": "complete", "arguments": {"result": "edited note.txt"}}]}
         ]},
-        {"name": "fail", "match": "cli-fail", "turns": []}
+        {"name": "fail", "match": "cli-fail", "turns": []},
+        {"name": "child", "match": "cli-child", "turns": [
+            {"tool_calls": [
+                {"name": "write_file", "arguments": {"path": "c.txt", "content": "one"}},
+                {"name": "edit_file", "arguments": {"path": "c.txt", "old": "one", "new": "two"}}
+            ]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "child edited"}}]}
+        ]},
+        {"name": "parent", "match": "cli-parent", "turns": [
+            {"tool_calls": [{"name": "delegate", "arguments": {"instruction": "cli-child: edit c.txt"}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "parent done"}}]}
+        ]}
     ]})
 }
 
@@ -337,8 +348,29 @@ async fn approve_a_paused_call_from_the_cli() {
     assert_eq!(code, 1);
     assert_eq!(parse(&out)["error"]["code"], "decision_pending", "{err}");
 
-    let (code, decided, err) =
-        run(&stack, &["--json", "actions", "approve", &task_id, &action]).await;
+    // A hash that is not the call's (it changed since it was reviewed): refused, nothing decided.
+    let wrong = [
+        "actions",
+        "approve",
+        &task_id,
+        &action,
+        "--arguments-hash",
+        "00000000",
+    ];
+    let (code, _, err) = run(&stack, &wrong).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("changed since you reviewed it"), "{err}");
+    let reviewed = item["arguments_hash"].as_str().expect("a hash")[..12].to_owned();
+    let approve = [
+        "--json",
+        "actions",
+        "approve",
+        &task_id,
+        &action,
+        "--arguments-hash",
+        &reviewed,
+    ];
+    let (code, decided, err) = run(&stack, &approve).await;
     assert_eq!(code, 0, "{err}");
     let decided = parse(&decided);
     assert_eq!(decided["required_action"]["status"], "approved");
@@ -503,4 +535,47 @@ async fn exit_codes_follow_the_outcome_and_bad_input_is_refused() {
         parse(&out)["unread"].as_i64().expect("an unread count") >= 1,
         "the failure is in the inbox"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subtasks_call_is_approved_from_its_parent() {
+    let stack = stack().await;
+    let (code, out, err) = run(
+        &stack,
+        &["--json", "tasks", "create", "cli-parent: delegate"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let parent = parse(&out)["id"]
+        .as_str()
+        .expect("the parent's id")
+        .to_owned();
+    // The parent waits for its child, the child for a person: the parent's list shows the
+    // child's item, with the command on the child's task.
+    stack.wait(&parent, &[JobStatus::WaitingSubtasks]).await;
+    let child = stack.wait_for_subtasks(&parent, 1).await[0].id.to_string();
+    stack.wait(&child, &[JobStatus::WaitingHuman]).await;
+    let (code, listed, _) = run(&stack, &["--json", "actions", "list", &parent]).await;
+    assert_eq!(code, 0);
+    let listed = parse(&listed);
+    let item = listed["required_actions"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["kind"] == "tool_request")
+        .expect("the child's tool request")
+        .clone();
+    assert_eq!(item["task_id"], child.as_str());
+    let action = item["id"].as_str().expect("its id").to_owned();
+    let (_, human, _) = run(&stack, &["actions", "list", &parent]).await;
+    assert!(
+        human.contains(&format!("maestro actions approve {child} {action}")),
+        "{human}"
+    );
+    let (code, _, err) = run(&stack, &["actions", "approve", &parent, &action]).await;
+    assert_eq!(code, 0, "approved through the parent: {err}");
+    let (code, text, err) = run(&stack, &["tasks", "watch", &parent]).await;
+    assert_eq!(code, 0, "{text} {err}");
+    let job = stack.task(&parent).await.task.latest_job.expect("a job");
+    assert_eq!(job.result.as_deref(), Some("parent done"));
 }

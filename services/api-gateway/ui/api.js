@@ -28,6 +28,8 @@ export class ApiError extends Error {
 
 let unauthorized = () => {};
 export function onUnauthorized(fn) { unauthorized = fn; }
+/** The token was refused (a stream's 401 too): back to sign-in. */
+export function signedOut(err) { unauthorized(err); }
 
 export function authHeaders(extra = {}) {
   const h = { ...extra };
@@ -76,7 +78,10 @@ export async function openFile(path, name, { download = false } = {}) {
   const res = await fetch(path, { headers: authHeaders(), cache: 'no-store' });
   if (res.status === 401) { const e = await errorOf(res); unauthorized(e); throw e; }
   if (!res.ok) throw await errorOf(res);
-  const blob = await res.blob();
+  let blob = await res.blob();
+  // What an agent wrote is not the UI's content: a page or an image with scripts (HTML, SVG,
+  // XML) opened from a blob URL would run with the UI's origin, so it is opened as text.
+  if (!download && /html|svg|xml|javascript/i.test(blob.type)) blob = new Blob([blob], { type: 'text/plain' });
   const url = URL.createObjectURL(blob);
   const a = document.createElement('a');
   a.href = url;

@@ -1,6 +1,6 @@
 // MAESTRO web UI: a router over History-API paths below /ui/, the sign-in, the nav.
 
-import { api, session, onUnauthorized } from './api.js';
+import { api, session, onUnauthorized, signedOut } from './api.js';
 import { h, append, clear, field, statusLine, setStatus } from './dom.js';
 import { SseStream } from './stream.js';
 import * as tasksView from './views/tasks.js';
@@ -150,6 +150,7 @@ function startInbox() {
   if (inboxStream) return;
   refreshUnread();
   inboxStream = new SseStream('/api/local/inbox/stream', {
+    onUnauthorized: signedOut,
     onEvent: (ev) => {
       if (ev.event !== 'notification') return;
       let item = null;

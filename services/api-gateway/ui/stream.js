@@ -29,6 +29,7 @@ export class SseStream {
     this.onOnline = () => this.poke(true);
     this.onOffline = () => { this.setStatus('offline'); this.abortCurrent(); };
     this.timer = null;
+    this.connectStarted = 0;
   }
 
   start() {
@@ -36,7 +37,11 @@ export class SseStream {
     window.addEventListener('online', this.onOnline);
     window.addEventListener('offline', this.onOffline);
     this.timer = setInterval(() => {
-      if (this.status === 'live' && Date.now() - this.lastActivity > STALL_MS) this.abortCurrent();
+      const now = Date.now();
+      // A live stream gone silent, or a connection attempt that never got its answer.
+      const silent = this.status === 'live' && now - this.lastActivity > STALL_MS;
+      const hung = this.controller && this.status !== 'live' && now - this.connectStarted > STALL_MS;
+      if (silent || hung) this.abortCurrent();
     }, 5_000);
     this.loop();
     return this;
@@ -74,6 +79,7 @@ export class SseStream {
       this.setStatus(this.attempt === 0 && this.lastId === null ? 'connecting' : 'reconnecting');
       const controller = new AbortController();
       this.controller = controller;
+      this.connectStarted = Date.now();
       let detail = '';
       try {
         const headers = authHeaders({ Accept: 'text/event-stream' });

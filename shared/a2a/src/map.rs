@@ -167,14 +167,13 @@ pub fn task(parts: TaskParts<'_>, shape: Shape) -> Task {
 /// A file a job wrote, as an artifact: `file:<path>`, one part served at `<files_url><path>`
 /// (each path segment percent-encoded).
 pub fn file_artifact(files_url: &str, path: &str) -> Artifact {
-    let encoded: Vec<String> = path.split('/').map(percent_encode).collect();
     let filename = path.rsplit('/').next().unwrap_or(path).to_owned();
     Artifact {
         artifact_id: format!("file:{path}"),
         name: Some(path.to_owned()),
         description: Some("A file the agent wrote in the task's workspace.".to_owned()),
         parts: vec![Part::file(
-            format!("{files_url}{}", encoded.join("/")),
+            format!("{files_url}{}", maestro_domain::tools::url_path(path)),
             filename,
             media_type(path),
         )],
@@ -206,20 +205,6 @@ pub fn media_type(path: &str) -> &'static str {
         Some("zip") => "application/zip",
         _ => "application/octet-stream",
     }
-}
-
-/// A path segment as a URL keeps it: unreserved characters as they are, the rest `%XX`.
-fn percent_encode(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for byte in segment.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(byte as char);
-            }
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
 }
 
 /// The finished task's result, as its artifact.

@@ -163,6 +163,22 @@ pub fn builtin_tools() -> Vec<ToolSpec> {
 /// The built-in tools that write the file their `path` argument names.
 pub const FILE_WRITERS: [&str; 2] = ["write_file", "edit_file"];
 
+/// A workspace path as it goes in a URL: each segment percent-encoded (unreserved characters
+/// kept, every other byte `%XX`), the `/` between segments kept. `notes #1.md` is
+/// `notes%20%231.md`.
+pub fn url_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for byte in path.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                out.push(byte as char);
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
 /// Whether a built-in tool changes files in the workspace (needs the `edit` permission).
 pub fn edits_files(name: &str) -> bool {
     matches!(name, "write_file" | "edit_file" | "shell")
@@ -562,6 +578,15 @@ impl OperationRecord {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn paths_go_in_urls_segment_by_segment() {
+        assert_eq!(url_path("notes #1.md"), "notes%20%231.md");
+        assert_eq!(url_path("dir/50%_off?.txt"), "dir/50%25_off%3F.txt");
+        assert_eq!(url_path("résumé.txt"), "r%C3%A9sum%C3%A9.txt");
+        assert_eq!(url_path("a-b_c.~d/e"), "a-b_c.~d/e");
+    }
+
     use super::OperationRecord;
 
     #[test]

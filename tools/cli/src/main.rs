@@ -187,6 +187,9 @@ enum ActionCommand {
     Approve {
         task: String,
         action: String,
+        /// The arguments hash `actions list` showed (or its start): refused if the call changed.
+        #[arg(long)]
+        arguments_hash: Option<String>,
         /// `once` (this call) or `task` (the tool for every later call of the task).
         #[arg(long, default_value = "once", value_parser = ["once", "task"])]
         scope: String,
@@ -198,6 +201,9 @@ enum ActionCommand {
     Deny {
         task: String,
         action: String,
+        /// The arguments hash `actions list` showed (or its start): refused if the call changed.
+        #[arg(long)]
+        arguments_hash: Option<String>,
         /// Shown to the model with the denial (why, what to do instead).
         #[arg(long)]
         note: Option<String>,
@@ -488,17 +494,14 @@ async fn tasks(api: &Api, command: TaskCommand, json: bool) -> anyhow::Result<u8
     }
 }
 
-/// Percent-encode one path segment.
-fn encode(segment: &str) -> String {
-    let mut out = String::new();
-    for byte in segment.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+/// Percent-encode a path (its `/` kept) or a query value.
+fn encode(text: &str) -> String {
+    maestro_domain::tools::url_path(text)
+}
+
+/// Percent-encode one path segment (an id, a server's name): a `/` in it is `%2F`.
+fn segment(text: &str) -> String {
+    encode(text).replace('/', "%2F")
 }
 
 /// Create the task; whether the gateway answered an earlier create with the same key.
@@ -660,21 +663,23 @@ async fn actions(api: &Api, command: ActionCommand, json: bool) -> anyhow::Resul
         ActionCommand::Approve {
             task,
             action,
+            arguments_hash,
             scope,
             note,
         } => {
             let body = json!({"decision": "approve", "scope": scope, "note": note});
-            decide(api, &task, &action, body, json).await
+            let reviewed = arguments_hash.as_deref();
+            decide(api, &task, &action, reviewed, body, json).await
         }
-        ActionCommand::Deny { task, action, note } => {
-            decide(
-                api,
-                &task,
-                &action,
-                json!({"decision": "deny", "note": note}),
-                json,
-            )
-            .await
+        ActionCommand::Deny {
+            task,
+            action,
+            arguments_hash,
+            note,
+        } => {
+            let body = json!({"decision": "deny", "note": note});
+            let reviewed = arguments_hash.as_deref();
+            decide(api, &task, &action, reviewed, body, json).await
         }
         ActionCommand::Resolve {
             task,
@@ -682,7 +687,15 @@ async fn actions(api: &Api, command: ActionCommand, json: bool) -> anyhow::Resul
             outcome,
         } => {
             let decision = outcome.replace('-', "_");
-            decide(api, &task, &action, json!({"decision": decision}), json).await
+            decide(
+                api,
+                &task,
+                &action,
+                None,
+                json!({"decision": decision}),
+                json,
+            )
+            .await
         }
         ActionCommand::Answer { task, text } => {
             let id = task_id(&task)?;
@@ -704,7 +717,7 @@ async fn actions(api: &Api, command: ActionCommand, json: bool) -> anyhow::Resul
             anyhow::ensure!(!token.is_empty(), "no token on standard input");
             let answer: Value = api
                 .put(
-                    &format!("/api/local/mcp-servers/{}/token", encode(&server)),
+                    &format!("/api/local/mcp-servers/{}/token", segment(&server)),
                     &json!({"token": token}),
                 )
                 .await?;
@@ -719,25 +732,34 @@ async fn actions(api: &Api, command: ActionCommand, json: bool) -> anyhow::Resul
     }
 }
 
-/// Decide `action` of `task`: the arguments hash sent is that of the item as it is now, which
-/// is what `actions list` showed; a call that changed meanwhile is refused (409).
+/// Decide `action` of `task` (or of a task below it: the item's own task is asked). With
+/// `reviewed` (the arguments hash, or its start, that `actions list` showed), a call whose
+/// arguments changed since is refused here; without it the call as it is now is decided, and
+/// said on stderr. Either way the gateway checks the hash it is sent (409 `arguments_changed`).
 async fn decide(
     api: &Api,
     task: &str,
     action: &str,
+    reviewed: Option<&str>,
     mut body: Value,
     json: bool,
 ) -> anyhow::Result<u8> {
     let id = task_id(task)?;
-    let listing: Value = api
-        .get(&format!("/api/local/tasks/{id}/required-actions?all=true"))
-        .await?;
-    let item = listing["required_actions"]
-        .as_array()
-        .and_then(|items| items.iter().find(|i| i["id"] == action))
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("task {id} has no item {action}"))?;
+    let item = find_item(api, id, action).await?;
     if let Some(hash) = item["arguments_hash"].as_str() {
+        match reviewed {
+            Some(seen) if !hash.starts_with(seen) => anyhow::bail!(
+                "the call changed since you reviewed it (its arguments hash is now {}): \
+                 review it again with `maestro actions list {id}`",
+                &hash[..hash.len().min(12)]
+            ),
+            Some(_) => {}
+            None if !json => eprintln!(
+                "maestro: deciding {}",
+                render::action_line(task, &item).trim()
+            ),
+            None => {}
+        }
         body["arguments_hash"] = json!(hash);
     }
     if body["note"].is_null() {
@@ -746,11 +768,13 @@ async fn decide(
     if item["kind"] == "package_request" {
         body.as_object_mut().map(|b| b.remove("scope"));
     }
+    let owner_task = item["task_id"].as_str().unwrap_or(task).to_owned();
     let answer: Value = api
         .post(
             &format!(
-                "/api/local/tasks/{id}/required-actions/{}/decide",
-                encode(action)
+                "/api/local/tasks/{}/required-actions/{}/decide",
+                segment(&owner_task),
+                segment(action)
             ),
             &body,
         )
@@ -765,6 +789,23 @@ async fn decide(
         println!("{action}: {status}{resumed}");
     });
     Ok(0)
+}
+
+/// The item `action` among what `task` and the tasks below it wait for, or else among every
+/// item the task itself ever had (a decided one, so that deciding it again says so).
+async fn find_item(api: &Api, task: TaskId, action: &str) -> anyhow::Result<Value> {
+    for query in ["", "?all=true"] {
+        let listing: Value = api
+            .get(&format!("/api/local/tasks/{task}/required-actions{query}"))
+            .await?;
+        let found = listing["required_actions"]
+            .as_array()
+            .and_then(|items| items.iter().find(|i| i["id"] == action));
+        if let Some(item) = found {
+            return Ok(item.clone());
+        }
+    }
+    anyhow::bail!("task {task} has no item {action} (see `maestro actions list {task}`)")
 }
 
 async fn schedules(api: &Api, command: ScheduleCommand, json: bool) -> anyhow::Result<u8> {
@@ -784,7 +825,7 @@ async fn schedules(api: &Api, command: ScheduleCommand, json: bool) -> anyhow::R
             )
         );
     };
-    let path = |id: &str, action: &str| format!("/api/local/schedules/{}{action}", encode(id));
+    let path = |id: &str, action: &str| format!("/api/local/schedules/{}{action}", segment(id));
     match command {
         ScheduleCommand::List => {
             let answer: Value = api.get("/api/local/schedules?limit=100").await?;
@@ -915,7 +956,7 @@ async fn webhooks(api: &Api, command: WebhookCommand, json: bool) -> anyhow::Res
         }
         WebhookCommand::Deliveries { id } => {
             let answer: Value = api
-                .get(&format!("/api/webhooks/{}/deliveries", encode(&id)))
+                .get(&format!("/api/webhooks/{}/deliveries", segment(&id)))
                 .await?;
             show(json, &answer, |a| {
                 for d in a["deliveries"].as_array().into_iter().flatten() {
@@ -933,7 +974,7 @@ async fn webhooks(api: &Api, command: WebhookCommand, json: bool) -> anyhow::Res
             });
         }
         WebhookCommand::Delete { id } => {
-            api.delete(&format!("/api/webhooks/{}", encode(&id)))
+            api.delete(&format!("/api/webhooks/{}", segment(&id)))
                 .await?;
             show(json, &json!({"deleted": id}), |_| println!("deleted {id}"));
         }

@@ -119,10 +119,20 @@ pub fn task(task: &Task) {
     }
 }
 
-/// A pending item, with the command that answers it.
+/// A pending item, with the command that answers it (on the item's own task: a subtask's
+/// item is answered there).
 pub fn action_line(task: &str, item: &Value) -> String {
     let id = item["id"].as_str().unwrap_or("?");
     let status = item["status"].as_str().unwrap_or("pending");
+    let own = item["task_id"].as_str().unwrap_or(task);
+    // What was reviewed: the start of the arguments hash, checked again when deciding.
+    let hash = item["arguments_hash"]
+        .as_str()
+        .map(|h| format!(" --arguments-hash {}", &h[..h.len().min(12)]))
+        .unwrap_or_default();
+    let decide = format!(
+        "maestro actions approve {own} {id}{hash}  |  maestro actions deny {own} {id}{hash}"
+    );
     let (what, answer) = match item["kind"].as_str().unwrap_or_default() {
         "tool_request" => (
             format!(
@@ -130,7 +140,7 @@ pub fn action_line(task: &str, item: &Value) -> String {
                 item["tool"].as_str().unwrap_or("?"),
                 clip(&item["arguments"].to_string(), 160)
             ),
-            format!("maestro actions approve {task} {id}  |  maestro actions deny {task} {id}"),
+            decide,
         ),
         "package_request" => (
             format!(
@@ -139,14 +149,14 @@ pub fn action_line(task: &str, item: &Value) -> String {
                 item["package"]["name"].as_str().unwrap_or("?"),
                 item["package"]["version"].as_str().unwrap_or("")
             ),
-            format!("maestro actions approve {task} {id}  |  maestro actions deny {task} {id}"),
+            decide,
         ),
         "ask" => (
             format!(
                 "question: {}",
                 clip(item["question"].as_str().unwrap_or("?"), 200)
             ),
-            format!("maestro actions answer {task} \"<your answer>\""),
+            format!("maestro actions answer {own} \"<your answer>\""),
         ),
         "mcp_auth_required" => (
             format!(
@@ -168,7 +178,7 @@ pub fn action_line(task: &str, item: &Value) -> String {
                 item["tool"].as_str().unwrap_or("?"),
                 clip(&item["arguments"].to_string(), 120)
             ),
-            format!("maestro actions resolve {task} {id} happened  |  … {id} not-happened"),
+            format!("maestro actions resolve {own} {id} happened  |  … {id} not-happened"),
         ),
         "subtask" => (
             format!(
@@ -180,10 +190,11 @@ pub fn action_line(task: &str, item: &Value) -> String {
         ),
         other => (other.to_owned(), String::new()),
     };
-    let task_of_item = item["task_id"].as_str().filter(|t| *t != task);
-    let below = task_of_item
-        .map(|t| format!(" [task {t}]"))
-        .unwrap_or_default();
+    let below = if own == task {
+        String::new()
+    } else {
+        format!(" [task {own}]")
+    };
     if status == "pending" && !answer.is_empty() {
         format!("  ? {id} {what}{below}\n      answer: {answer}")
     } else {

@@ -70,25 +70,31 @@ const QUIET: Duration = Duration::from_secs(2);
 pub async fn watch(api: &Api, task: TaskId, options: Options) -> anyhow::Result<Outcome> {
     let mut view = View::new(options.json);
     let mut last_id: Option<String> = None;
-    let mut backoff = Duration::from_millis(250);
+    let mut backoff = FIRST_BACKOFF;
     loop {
-        match follow(api, task, &mut last_id, &mut view, options).await {
-            Ok(Some(outcome)) => return Ok(outcome),
-            Ok(None) => view.note("the stream ended; reconnecting"),
-            Err(Break::Fatal(e)) => return Err(e.into()),
-            Err(Break::Dropped(reason)) => {
-                view.note(&format!(
-                    "connection lost ({reason}); reconnecting in {:.1} s",
-                    backoff.as_secs_f32()
-                ));
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
+        let mut heard = false;
+        let ended = follow(api, task, &mut last_id, &mut view, options, &mut heard).await;
+        // A connection that carried items was healthy: the next drop starts the backoff over.
+        if heard {
+            backoff = FIRST_BACKOFF;
         }
-        backoff = Duration::from_millis(250);
+        let reason = match ended {
+            Ok(Some(outcome)) => return Ok(outcome),
+            Err(Break::Fatal(e)) => return Err(e.into()),
+            Ok(None) => "the stream ended".to_owned(),
+            Err(Break::Dropped(reason)) => format!("connection lost ({reason})"),
+        };
+        view.note(&format!(
+            "{reason}; reconnecting in {:.1} s",
+            backoff.as_secs_f32()
+        ));
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
+
+/// The first wait before reconnecting.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 
 enum Break {
     /// Not worth retrying: no such task, a bad token.
@@ -97,13 +103,16 @@ enum Break {
     Dropped(String),
 }
 
-/// One connection: items until the task is over (`Some`), the stream ends (`None`) or drops.
+/// One connection: items until the task is over (`Some`), the stream ends (`None`) or drops
+/// (`heard`: it carried items). An item counts as seen (`last_id`, what a reconnection resumes
+/// after) only once it is handled: a terminal state whose check failed comes again.
 async fn follow(
     api: &Api,
     task: TaskId,
     last_id: &mut Option<String>,
     view: &mut View,
     options: Options,
+    heard: &mut bool,
 ) -> Result<Option<Outcome>, Break> {
     let mut request = api
         .request(Method::GET, &format!("/api/local/tasks/{task}/stream"))
@@ -117,10 +126,7 @@ async fn follow(
         .map_err(|e| Break::Dropped(e.to_string()))?;
     let response = match crate::api::refusal(response).await {
         Ok(response) => response,
-        Err(e @ ApiError::Refused { status, .. }) if status.is_client_error() => {
-            return Err(Break::Fatal(e));
-        }
-        Err(e) => return Err(Break::Dropped(e.to_string())),
+        Err(e) => return Err(fatal_or_dropped(e)),
     };
     let mut events = response.bytes_stream().eventsource();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -137,56 +143,89 @@ async fn follow(
             Some(Err(e)) => return Err(Break::Dropped(e.to_string())),
             Some(Ok(item)) => item,
         };
-        if !item.id.is_empty() {
-            *last_id = Some(item.id.clone());
-        }
+        *heard = true;
         let data: Value = serde_json::from_str(&item.data).unwrap_or(Value::Null);
+        let event = if item.event == "delta" {
+            None
+        } else {
+            serde_json::from_value::<Event>(data.clone())
+                .ok()
+                .and_then(|e| e.body().ok().map(|body| (e, body)))
+        };
+        // Whether this item ends the watch: asked before it is shown, so a failed check leaves
+        // it unseen, to come again after the reconnection.
+        let ending = match &event {
+            Some((event, EventBody::JobState(change))) => {
+                ends(api, task, event.job_id, change, options).await?
+            }
+            _ => None,
+        };
         if options.json {
             render::json_line(
                 &serde_json::json!({"id": item.id, "event": item.event, "data": data}),
             );
         }
-        if item.event == "delta" {
-            view.delta(&data);
-            continue;
+        match &event {
+            None if item.event == "delta" => view.delta(&data),
+            Some((event, body)) => view.event(event, body),
+            None => {}
         }
-        let Ok(event) = serde_json::from_value::<Event>(data) else {
-            continue;
-        };
-        let Ok(body) = event.body() else { continue };
-        view.event(&event, &body);
-        let EventBody::JobState(change) = &body else {
-            continue;
-        };
-        if change.status == JobStatus::WaitingHuman
-            && options.exit_on_pause
-            && latest_job(api, task).await? == Some((event.job_id, JobStatus::WaitingHuman))
+        if !item.id.is_empty() {
+            *last_id = Some(item.id.clone());
+        }
+        if ending.is_some() {
+            return Ok(ending);
+        }
+    }
+}
+
+/// Whether a job's state change ends the watch: the task's latest job is over (and no later
+/// job carries the task on: an answered question's follow-up), or it waits for a person and
+/// the watch stops there.
+async fn ends(
+    api: &Api,
+    task: TaskId,
+    job: JobId,
+    change: &maestro_domain::JobStateChange,
+    options: Options,
+) -> Result<Option<Outcome>, Break> {
+    if change.status == JobStatus::WaitingHuman && options.exit_on_pause {
+        let latest = latest_job(api, task).await?;
+        return Ok((latest == Some((job, JobStatus::WaitingHuman))).then_some(Outcome::Paused));
+    }
+    let Some(outcome) = Outcome::of(change.status) else {
+        return Ok(None);
+    };
+    if change.followed_by.is_some() {
+        return Ok(None);
+    }
+    let latest = latest_job(api, task).await?;
+    let over =
+        latest.is_some_and(|(latest, status)| latest == job && Outcome::of(status).is_some());
+    Ok(over.then_some(outcome))
+}
+
+/// A refusal that retrying cannot change (no such task, a bad token) ends the watch; anything
+/// else (a 5xx, a timeout, 408 and 429 included) is waited out.
+fn fatal_or_dropped(e: ApiError) -> Break {
+    match e {
+        ApiError::Refused { status, .. }
+            if status.is_client_error()
+                && status != reqwest::StatusCode::REQUEST_TIMEOUT
+                && status != reqwest::StatusCode::TOO_MANY_REQUESTS =>
         {
-            return Ok(Some(Outcome::Paused));
+            Break::Fatal(e)
         }
-        let Some(outcome) = Outcome::of(change.status) else {
-            continue;
-        };
-        // Over, unless a later job carries the task on (an answered question's follow-up).
-        if change.followed_by.is_none()
-            && latest_job(api, task)
-                .await?
-                .is_some_and(|(job, status)| job == event.job_id && Outcome::of(status).is_some())
-        {
-            return Ok(Some(outcome));
-        }
+        e => Break::Dropped(e.to_string()),
     }
 }
 
 /// The task's latest job and its status.
 async fn latest_job(api: &Api, task: TaskId) -> Result<Option<(JobId, JobStatus)>, Break> {
-    let task: maestro_api::Task =
-        api.get(&format!("/api/local/tasks/{task}"))
-            .await
-            .map_err(|e| match e {
-                e @ ApiError::Refused { status, .. } if status.is_client_error() => Break::Fatal(e),
-                e => Break::Dropped(e.to_string()),
-            })?;
+    let task: maestro_api::Task = api
+        .get(&format!("/api/local/tasks/{task}"))
+        .await
+        .map_err(fatal_or_dropped)?;
     Ok(task.task.latest_job.map(|job| (job.id, job.status)))
 }
 
@@ -199,6 +238,9 @@ struct View {
     open: Option<(JobId, String)>,
     /// Reasoning being streamed (printed dimmed).
     thinking: bool,
+    /// The job whose message being generated streamed reasoning deltas (so its message's
+    /// reasoning has been shown).
+    reasoned: Option<JobId>,
     /// Job numbers in the order the jobs were first seen.
     jobs: HashMap<JobId, usize>,
     /// What the task is doing, for the progress line.
@@ -219,6 +261,7 @@ impl View {
             tty: std::io::stderr().is_terminal(),
             open: None,
             thinking: false,
+            reasoned: None,
             jobs: HashMap::new(),
             state: "connecting".to_owned(),
             last_output: Instant::now(),
@@ -286,6 +329,13 @@ impl View {
         }
     }
 
+    /// The message being streamed will not be committed as it is (the attempt ended).
+    fn forget_stream(&mut self) {
+        self.close_text();
+        self.open = None;
+        self.reasoned = None;
+    }
+
     fn job_no(&mut self, job: JobId) -> usize {
         let next = self.jobs.len() + 1;
         *self.jobs.entry(job).or_insert(next)
@@ -310,6 +360,7 @@ impl View {
                     });
                     self.thinking = true;
                 }
+                self.reasoned = Some(job);
                 self.out(text);
             }
             Some("text") => {
@@ -341,9 +392,8 @@ impl View {
                         self.thinking = false;
                         self.out(if self.tty { "\x1b[0m\n" } else { "\n" });
                     }
-                    if printed.is_empty()
-                        && let Some(reasoning) = &message.reasoning
-                    {
+                    let reasoned = self.reasoned.take() == Some(event.job_id);
+                    if !reasoned && let Some(reasoning) = &message.reasoning {
                         self.line(&format!("thinking: {}", render::clip(reasoning, 400)));
                     }
                     // The deltas showed a prefix of the message (or all of it): the rest. Text
@@ -391,6 +441,8 @@ impl View {
                 self.line(&format!("── movement {}{reason}", movement.name));
             }
             EventBody::JobState(change) => {
+                // Whatever was being streamed is over (a retry streams its reply afresh).
+                self.forget_stream();
                 self.state = change.status.as_str().to_owned();
                 let mut text = format!(
                     "[job {no} · {} · attempt {}]",
@@ -425,6 +477,7 @@ impl View {
             }
             EventBody::JobContinued(_) => self.line(&format!("── job {no}: continued")),
             EventBody::Redispatch(redispatch) => {
+                self.forget_stream();
                 self.line(&format!("  (dispatched again: {})", redispatch.reason));
             }
             EventBody::Rewrite(_) | EventBody::Replay(_) => {}

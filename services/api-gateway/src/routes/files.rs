@@ -110,7 +110,10 @@ pub async fn list(
         .await?
         .into_iter()
         .map(|(_, path)| maestro_api::WrittenFile {
-            url: format!("/api/local/tasks/{task_id}/files/{path}"),
+            url: format!(
+                "/api/local/tasks/{task_id}/files/{}",
+                maestro_domain::tools::url_path(&path)
+            ),
             path,
         })
         .collect();

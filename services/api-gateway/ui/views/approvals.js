@@ -27,7 +27,7 @@ export function renderCards(box, items, { taskId, onDone }) {
   for (const card of box.querySelectorAll('.card.action')) keep.set(card.dataset.actionId, card);
   clear(box);
   const pending = items.filter((i) => i.status === 'pending');
-  box.hidden = !pending.length && ![...keep.values()].some((c) => c.dataset.outcome);
+  box.hidden = !pending.length && ![...keep.values()].some((c) => c.dataset.outcome === 'fresh');
   if (box.hidden) return;
   box.append(h('h2', 'Waiting for you'));
   for (const item of pending) {

@@ -35,13 +35,18 @@ export function render(main, taskId) {
     return ul;
   }
 
+  let loading = false;
   async function load() {
+    if (loading) return; // a large tree takes longer than the interval: one load at a time
+    loading = true;
     try {
       const t = await level(taskId, 0);
       if (!alive) return;
       clear(tree).append(t || empty('This task has not delegated anything.'));
     } catch (e) {
       if (alive) clear(tree).append(errorBox(e));
+    } finally {
+      loading = false;
     }
   }
   load();

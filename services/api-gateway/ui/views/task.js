@@ -1,6 +1,6 @@
 // The task view: the conversation as it runs (over the task's SSE stream), approval cards,
 // result, files, comments, cancel and continue.
-import { api, enc, encPath, openFile } from '../api.js';
+import { api, enc, encPath, openFile, signedOut } from '../api.js';
 import { h, clear, append, field, badge, timeEl, fmtTime, pretty, statusLine, setStatus, OVER } from '../dom.js';
 import { SseStream } from '../stream.js';
 import { errorBox } from './common.js';
@@ -139,7 +139,7 @@ export function render(main, taskId) {
 
   function drawFiles(list) {
     clear(filesList);
-    for (const f of list) filesList.append(fileItem(f.path, f.url || `/api/local/tasks/${enc(taskId)}/files/${encPath(f.path)}`));
+    for (const f of list) filesList.append(fileItem(f.path, `/api/local/tasks/${enc(taskId)}/files/${encPath(f.path)}`));
     files.hidden = !list.length;
   }
 
@@ -330,6 +330,7 @@ export function render(main, taskId) {
 
   // ---- the stream ----
   const stream = new SseStream(`/api/local/tasks/${enc(taskId)}/stream`, {
+    onUnauthorized: signedOut,
     onEvent,
     onStatus: (s, detail) => {
       conn.dataset.state = s;

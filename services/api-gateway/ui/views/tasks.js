@@ -96,18 +96,16 @@ export function render(main) {
   more.addEventListener('click', () => load(false));
   load(true);
   const timer = setInterval(() => { if (document.visibilityState === 'visible' && !next) refresh(); }, 10_000);
+  // Only while every matching task is shown (no more to load): the first page is then the
+  // whole list, so it replaces it — a task that left the filter (its state changed) goes.
   async function refresh() {
     const qs = query();
+    const mine = generation;
     try {
       const r = await api(`/api/local/tasks?${qs}`);
-      if (!alive) return;
-      const fresh = new Map((r.tasks || []).map((t) => [t.id, t]));
-      const known = new Set(tasks.map((t) => t.id));
-      // Newly listed tasks on top; a task that left the filter (its state changed) goes.
-      const newest = r.tasks?.length ? r.tasks[r.tasks.length - 1].id : null;
-      tasks = (r.tasks || []).filter((t) => !known.has(t.id))
-        .concat(tasks.map((t) => fresh.get(t.id) || t)
-          .filter((t) => fresh.has(t.id) || (newest && t.id < newest)));
+      if (!alive || mine !== generation || next) return; // the filter changed, or more was loaded
+      tasks = r.tasks || [];
+      next = r.next_before || null;
       draw();
     } catch { /* keep what is shown */ }
   }
