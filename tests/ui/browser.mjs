@@ -95,7 +95,7 @@ async function waitStreaming() {
   }, null, { timeout: WAIT });
 }
 
-const made = { schedule: null, webhook: null };
+const made = { schedule: null, webhook: null, space: null };
 async function cleanup() {
   // What the forms made, even when a step failed before noting its id.
   const ss = await api('/api/local/schedules?limit=100').then((r) => r.schedules).catch(() => []);
@@ -104,7 +104,10 @@ async function cleanup() {
   made.webhook ||= ws.find((x) => x.url.endsWith(`maestro-ui-${RUN}`))?.id;
   if (made.schedule) await api(`/api/local/schedules/${made.schedule}`, { method: 'DELETE' }).catch(() => {});
   if (made.webhook) await api(`/api/webhooks/${made.webhook}`, { method: 'DELETE' }).catch(() => {});
-  made.schedule = made.webhook = null;
+  const sp = await api('/api/local/spaces').then((r) => r.spaces).catch(() => []);
+  made.space ||= sp.find((x) => x.name === `ui space ${RUN}`)?.id;
+  if (made.space) await api(`/api/local/spaces/${made.space}/archive`, { method: 'POST' }).catch(() => {});
+  made.schedule = made.webhook = made.space = null;
 }
 
 // ---------- the run ----------
@@ -343,6 +346,56 @@ await step('inbox: notifications with the unread count, mark one read', async ()
   assert(items.find((i) => i.id === id)?.read === true, 'the item is read');
   const shownAfter = Number(await page.locator('#unread').textContent() || 0);
   assert(shownAfter !== shownBefore || shownBefore === 0, `the unread count changed (${shownBefore} -> ${shownAfter})`);
+});
+
+await step('spaces: create one from the form, start a task in it, see its file and commit on main', async () => {
+  await nav('Spaces').click();
+  await page.getByRole('button', { name: 'New space' }).click();
+  const form = page.locator('form.newspace');
+  await form.waitFor({ timeout: WAIT });
+  // Only spaces: passes `required`, trimmed to an empty name: the API's 422 on the field.
+  await form.getByLabel('Name', { exact: true }).fill('   ');
+  await form.getByRole('button', { name: 'Create space' }).click();
+  const bad = form.locator('.formstatus[data-kind=error]');
+  await bad.waitFor({ timeout: WAIT });
+  assert((await bad.textContent()).includes('invalid_name'), `the form shows the API's error: ${await bad.textContent()}`);
+  assert(await form.getByLabel('Name', { exact: true }).getAttribute('aria-invalid') === 'true', 'the name field is marked invalid');
+  await form.getByLabel('Name', { exact: true }).fill(`ui space ${RUN}`);
+  await form.getByLabel('Description (optional)').fill('Made by the browser test.');
+  await form.getByRole('button', { name: 'Create space' }).click();
+  await form.waitFor({ state: 'hidden', timeout: WAIT });
+  const row = page.locator('.space').filter({ hasText: `ui space ${RUN}` });
+  await row.waitFor({ timeout: WAIT });
+  const id = await row.getAttribute('data-id');
+  made.space = id;
+  assert((await row.textContent()).includes('owner'), 'the row shows my role');
+  await row.getByRole('link', { name: `ui space ${RUN}` }).click();
+  await page.waitForURL(`${BASE}/ui/spaces/${id}`, { timeout: WAIT });
+  await page.getByRole('link', { name: 'New task in this space' }).click();
+  await page.waitForSelector('form.newtask');
+  await page.waitForFunction((sid) => document.querySelector('select[name=space]')?.value === sid, id, { timeout: WAIT });
+  await page.getByLabel('Instruction').fill('Start the release checklist in CHECKLIST.md.');
+  await page.waitForSelector('select[name=piece] option[value=chat]', { state: 'attached' });
+  await page.getByLabel('Piece').selectOption('chat');
+  await page.getByRole('button', { name: 'Start task' }).click();
+  await page.waitForURL(/\/ui\/tasks\/[0-9a-f-]+$/, { timeout: WAIT });
+  const taskId = page.url().split('/').pop();
+  assert((await api(`/api/local/tasks/${taskId}`)).space_id === id, 'the task is in the space');
+  await waitDone('Started CHECKLIST.md');
+  await page.goto(`${BASE}/ui/spaces/${id}`);
+  // The merge into main happens just after the success: reload until it shows.
+  const until = Date.now() + WAIT;
+  for (;;) {
+    await page.waitForSelector('.commits li', { timeout: WAIT });
+    const file = await page.locator('.files li[data-path="CHECKLIST.md"]').count();
+    const subjects = await page.locator('.commits .subject').allTextContents();
+    if (file && subjects.some((x) => x.includes(taskId))) break;
+    assert(Date.now() < until, `CHECKLIST.md and a commit of the task on main (files ${file}, commits ${JSON.stringify(subjects)})`);
+    await sleep(1000);
+    await page.reload();
+  }
+  assert(await page.locator(`.tasklist a[href="/ui/tasks/${taskId}"]`).count() === 1, 'the space lists its task');
+  await shot('spaces');
 });
 
 await step('schedules: a bad cron shows the API\'s error and makes nothing', async () => {

@@ -10,6 +10,9 @@ import * as subtasksView from './views/subtasks.js';
 import * as inboxView from './views/inbox.js';
 import * as schedulesView from './views/schedules.js';
 import * as webhooksView from './views/webhooks.js';
+import * as spacesView from './views/spaces.js';
+
+const spaceView = { render: spacesView.renderSpace };
 
 const main = document.getElementById('main');
 const topbar = document.getElementById('topbar');
@@ -23,6 +26,8 @@ const ROUTES = [
   [/^tasks\/([^/]+)$/, taskView, 'tasks'],
   [/^tasks\/([^/]+)\/subtasks$/, subtasksView, 'tasks'],
   [/^inbox$/, inboxView, 'inbox'],
+  [/^spaces$/, spacesView, 'spaces'],
+  [/^spaces\/([^/]+)$/, spaceView, 'spaces'],
   [/^schedules$/, schedulesView, 'schedules'],
   [/^webhooks$/, webhooksView, 'webhooks'],
 ];

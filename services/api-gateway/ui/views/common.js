@@ -14,6 +14,9 @@ export async function spaces() {
   return spacesCache;
 }
 
+/** After a space is made or changed: the next spaces() asks again. */
+export function forgetSpaces() { spacesCache = null; }
+
 export function errorBox(err) {
   return h('div.error', { role: 'alert' }, err?.readable || err?.message || String(err));
 }

@@ -22,7 +22,11 @@ export function render(main) {
   const files = h('input', { type: 'file', name: 'file', multiple: true });
   const status = statusLine();
   const submit = h('button.primary', { type: 'submit' }, 'Start task');
-  spaces().then((ss) => { for (const s of ss) if (!s.archived_at) space.append(h('option', { value: s.id }, s.name)); }).catch(() => {});
+  const wanted = new URLSearchParams(location.search).get('space') || '';
+  spaces().then((ss) => {
+    for (const s of ss) if (!s.archived_at) space.append(h('option', { value: s.id }, s.name));
+    if (wanted && [...space.options].some((o) => o.value === wanted)) space.value = wanted;
+  }).catch(() => {});
 
   const form = h('form.card.newtask', { 'aria-label': 'New task' },
     field('Instruction', instruction, 'What the agent should do.'),
