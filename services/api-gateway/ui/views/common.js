@@ -1,6 +1,6 @@
 // Pieces shared by the views.
 import { api } from '../api.js';
-import { h } from '../dom.js';
+import { h, clear } from '../dom.js';
 
 let piecesCache = null;
 export async function pieces() {
@@ -45,4 +45,21 @@ export function disclosure(form, { label, first, cancel }) {
   toggle.addEventListener('click', () => show(form.hidden));
   cancel.addEventListener('click', () => show(false));
   return { toggle, show };
+}
+
+/**
+ * Fill `list` with `row(item)` for each item under `key` of what `path` answers, or with
+ * `emptyText`; an error goes into `err`. Nothing is drawn once `alive()` is false (the view
+ * was left).
+ */
+export async function loadList({ path, key, list, err, row, emptyText, alive }) {
+  try {
+    const r = await api(path);
+    if (!alive()) return;
+    clear(err);
+    clear(list);
+    const items = r[key] || [];
+    for (const item of items) list.append(row(item));
+    if (!items.length) list.append(h('li', empty(emptyText)));
+  } catch (e) { if (alive()) clear(err).append(errorBox(e)); }
 }

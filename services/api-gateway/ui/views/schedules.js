@@ -1,7 +1,7 @@
 // Schedules: a "new schedule" form, and the list with pause / resume / run now.
 import { api, enc } from '../api.js';
 import { h, clear, field, timeEl, statusLine, setStatus } from '../dom.js';
-import { errorBox, pageHead, empty, disclosure } from './common.js';
+import { pageHead, disclosure, loadList } from './common.js';
 import { pieceSelect } from './new-task.js';
 
 const OVERLAPS = [
@@ -22,16 +22,8 @@ export function render(main) {
   });
   main.append(pageHead('Schedules', toggle), form, pageStatus, err, list);
 
-  async function load() {
-    try {
-      const r = await api('/api/local/schedules?limit=100');
-      if (!alive) return;
-      clear(err);
-      clear(list);
-      for (const s of r.schedules || []) list.append(row(s));
-      if (!(r.schedules || []).length) list.append(h('li', empty('No schedules.')));
-    } catch (e) { if (alive) clear(err).append(errorBox(e)); }
-  }
+  const load = () => loadList({ path: '/api/local/schedules?limit=100', key: 'schedules', list, err, row,
+    emptyText: 'No schedules.', alive: () => alive });
 
   function row(s) {
     const st = statusLine();

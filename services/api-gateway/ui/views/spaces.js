@@ -2,7 +2,7 @@
 // commits on main).
 import { api, enc, encPath, openFile } from '../api.js';
 import { h, clear, field, badge, timeEl, statusLine, setStatus } from '../dom.js';
-import { errorBox, pageHead, empty, disclosure, forgetSpaces } from './common.js';
+import { errorBox, pageHead, empty, disclosure, forgetSpaces, loadList } from './common.js';
 
 const ROLE_HINT = { owner: 'you can change it', editor: 'you can start tasks in it', viewer: 'you can read it' };
 
@@ -18,16 +18,8 @@ export function render(main) {
   });
   main.append(pageHead('Spaces', toggle), form, pageStatus, err, list);
 
-  async function load() {
-    try {
-      const r = await api('/api/local/spaces');
-      if (!alive) return;
-      clear(err);
-      clear(list);
-      for (const s of r.spaces || []) list.append(row(s));
-      if (!(r.spaces || []).length) list.append(h('li', empty('No spaces yet. Make one with “New space”.')));
-    } catch (e) { if (alive) clear(err).append(errorBox(e)); }
-  }
+  const load = () => loadList({ path: '/api/local/spaces', key: 'spaces', list, err, row,
+    emptyText: 'No spaces yet. Make one with “New space”.', alive: () => alive });
   load();
   return () => { alive = false; };
 }

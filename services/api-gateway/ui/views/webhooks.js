@@ -2,7 +2,7 @@
 // disabled one and deleting one.
 import { api, enc } from '../api.js';
 import { h, clear, field, uid, timeEl, statusLine, setStatus } from '../dom.js';
-import { errorBox, pageHead, empty, disclosure } from './common.js';
+import { pageHead, disclosure, loadList } from './common.js';
 
 export const EVENT_TYPES = [
   'task.succeeded', 'task.failed', 'task.cancelled', 'task.waiting_human', 'task.decided',
@@ -22,15 +22,8 @@ export function render(main) {
   });
   main.append(pageHead('Webhooks', toggle), form, secretSlot, pageStatus, err, list);
 
-  async function load() {
-    try {
-      const r = await api('/api/webhooks');
-      if (!alive) return;
-      clear(err); clear(list);
-      for (const w of r.webhooks || []) list.append(row(w));
-      if (!(r.webhooks || []).length) list.append(h('li', empty('No webhooks.')));
-    } catch (e) { if (alive) clear(err).append(errorBox(e)); }
-  }
+  const load = () => loadList({ path: '/api/webhooks', key: 'webhooks', list, err, row,
+    emptyText: 'No webhooks.', alive: () => alive });
   function row(w) {
     const st = statusLine();
     const li = h('li.card.webhook', { dataset: { id: w.id } },
