@@ -199,3 +199,19 @@ fn repeated((_, stored): (JobId, Option<String>), hash: &str) -> Result<Continue
     }
     Ok(Continued::Repeated)
 }
+
+/// What follows a new task's commit (REST and A2A): its `queued` event, published from here
+/// (docs/architecture.md#the-outbox), then its first job's dispatch, in that order on one
+/// connection, so no reader sees the job run before it was queued.
+pub async fn announce_new_task(
+    bus: &maestro_messaging::Bus,
+    profile: &str,
+    task_id: TaskId,
+    job_id: JobId,
+    queued: Vec<maestro_domain::topic::Direct>,
+) {
+    bus.publish_direct(queued).await;
+    let dispatch = maestro_messaging::payloads::JobDispatch::new_job(task_id, job_id);
+    bus.after_commit(AfterCommit::none().dispatch(profile, dispatch))
+        .await;
+}

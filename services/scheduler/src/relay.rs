@@ -5,16 +5,35 @@
 //! sends after a commit that added rows; wake-ups that pile up while it drains count once),
 //! with a slow poll as a fallback for a lost one. Several relays may run: `SKIP LOCKED` splits
 //! the rows.
+//!
+//! Rows a writer publishes itself (`relay_after` set: the job path's events) are not drained:
+//! the writer says which it published on `<prefix>.outbox.published` and the relay deletes
+//! those; what is still there when its grace is over is published by the poll, as any row.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt as _;
 use futures::future::try_join_all;
 use maestro_db::PgPool;
 use maestro_db::outbox::{self, OutboxRow};
 use maestro_messaging::Bus;
 use maestro_messaging::publish::{A2A_PUSH_HEADER, headers_relayed};
 use tokio_util::sync::CancellationToken;
+
+/// How long the notices of published rows are gathered into one delete.
+const FORGET_WINDOW: Duration = Duration::from_millis(20);
+/// Rows deleted per statement at the most.
+const FORGET_BATCH: usize = 2000;
+
+/// The `msg_id`s of a `<prefix>.outbox.published` notice.
+fn msg_ids(payload: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(payload)
+        .lines()
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
 
 /// Publishes the outbox.
 #[derive(Debug, Clone)]
@@ -28,26 +47,91 @@ pub struct Relay {
 impl Relay {
     /// Relay until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
+        let forget = tokio::spawn(self.clone().forget_published(shutdown.clone()));
         let subject = self.bus.subjects.outbox_wake();
+        let mut overdue_at = tokio::time::Instant::now() + self.poll;
         crate::wake::run(
             &self.bus.nats,
             subject,
             self.poll,
             shutdown,
             "outbox relay",
-            || self.drain(),
+            || {
+                // Rows their writers were to publish, at most once per poll interval.
+                let overdue = tokio::time::Instant::now() >= overdue_at;
+                if overdue {
+                    overdue_at = tokio::time::Instant::now() + self.poll;
+                }
+                self.drain(overdue)
+            },
         )
         .await;
+        let _ = forget.await;
     }
 
-    /// Publish everything in the outbox; returns how many rows were published.
-    pub async fn drain(&self) -> anyhow::Result<usize> {
+    /// Delete the rows writers say they published, a batch at a time: the notices that
+    /// arrive within [`FORGET_WINDOW`] of the first share one statement. One relay of a
+    /// queue group gets each notice; a lost one only leaves its rows to the overdue poll.
+    async fn forget_published(self, shutdown: CancellationToken) {
+        let subject = self.bus.subjects.outbox_published();
+        let mut notices = match self
+            .bus
+            .nats
+            .queue_subscribe(subject, "outbox-relay".to_owned())
+            .await
+        {
+            Ok(notices) => notices,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot follow published rows; the poll publishes them again");
+                return;
+            }
+        };
+        loop {
+            let first = tokio::select! {
+                notice = notices.next() => notice,
+                () = shutdown.cancelled() => None,
+            };
+            let Some(first) = first else { return };
+            let mut ids = msg_ids(&first.payload);
+            let until = tokio::time::Instant::now() + FORGET_WINDOW;
+            while ids.len() < FORGET_BATCH {
+                match tokio::time::timeout_at(until, notices.next()).await {
+                    Ok(Some(notice)) => ids.extend(msg_ids(&notice.payload)),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            if let Err(e) = outbox::forget_published(&self.pool, &ids).await {
+                tracing::warn!(error = %e, rows = ids.len(), "cannot delete published rows; the poll publishes them again");
+            }
+        }
+    }
+
+    /// Publish everything in the outbox that is the relay's to publish (with `overdue`, also
+    /// the rows their writers were to publish and did not say they did); returns how many
+    /// rows were published.
+    pub async fn drain(&self, overdue: bool) -> anyhow::Result<usize> {
+        let mut total = 0;
+        if overdue {
+            total += self.drain_rows(true).await?;
+        }
+        Ok(total + self.drain_rows(false).await?)
+    }
+
+    /// Publish the rows the relay publishes now, or (`overdue`) those their writers did not.
+    async fn drain_rows(&self, overdue: bool) -> anyhow::Result<usize> {
         let mut total = 0;
         loop {
             let mut tx = maestro_db::begin(&self.pool).await?;
-            let rows = outbox::lock_batch(&mut tx, self.batch).await?;
+            let rows = if overdue {
+                outbox::lock_overdue(&mut tx, self.batch).await?
+            } else {
+                outbox::lock_batch(&mut tx, self.batch).await?
+            };
             if rows.is_empty() {
                 return Ok(total);
+            }
+            if overdue {
+                tracing::info!(rows = rows.len(), "publishing rows their writer did not");
             }
             self.publish(&rows).await?;
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();

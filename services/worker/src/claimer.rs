@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use maestro_db::claims::{self, Claimed};
+use maestro_db::jobs::Publish;
 use maestro_db::{DbError, PgPool};
 use maestro_domain::JobId;
 use tokio::sync::{mpsc, oneshot};
@@ -65,7 +66,17 @@ async fn run(mut waiting: mpsc::Receiver<Request>, pool: PgPool, settings: Claim
     while waiting.recv_many(&mut batch, most.max(1)).await > 0 {
         let ids: Vec<JobId> = batch.iter().map(|(id, _, _)| *id).collect();
         let traces: Vec<String> = batch.iter().map(|(_, trace, _)| trace.clone()).collect();
-        match claims::claim_many_traced(&pool, &ids, &traces, &worker_id, lease, &models).await {
+        match claims::claim_many_traced(
+            &pool,
+            &ids,
+            &traces,
+            &worker_id,
+            lease,
+            &models,
+            Publish::Directly,
+        )
+        .await
+        {
             Ok(claimed) => {
                 let mut by_job: HashMap<JobId, Claimed> =
                     claimed.into_iter().map(|c| (c.job_id, c)).collect();
@@ -88,6 +99,7 @@ async fn run(mut waiting: mpsc::Receiver<Request>, pool: PgPool, settings: Claim
                         &worker_id,
                         lease,
                         &models,
+                        Publish::Directly,
                     )
                     .await
                     .map(|mut claimed| claimed.pop());

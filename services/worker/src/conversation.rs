@@ -273,6 +273,7 @@ mod tests {
             space_id: None,
             space_policy: None,
             unplaced_attachments: false,
+            running: None,
         }
     }
 

@@ -10,7 +10,7 @@ use maestro_db::claims::{self, Claimed};
 use maestro_db::jobs::{self, Fence};
 use maestro_domain::job::NotClaimed;
 use maestro_messaging::payloads::JobDispatch;
-use maestro_messaging::{AfterCommit, Delivery, Handler, Outcome};
+use maestro_messaging::{Delivery, Handler, Outcome};
 use maestro_runtime::metrics::transition;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -39,9 +39,10 @@ impl JobHandler {
         let pool = &self.deps.pool;
         let claimed = self.deps.claimer.claim(dispatch.job_id).await;
         let not_claimed = match claimed {
-            Ok(Some(claimed)) => {
-                // The claim wrote the `running` event.
-                self.deps.bus.after_commit(AfterCommit::events()).await;
+            Ok(Some(mut claimed)) => {
+                // The claim wrote the `running` event; it is published from here.
+                let running = claimed.running.take().into_iter().collect();
+                self.deps.bus.publish_direct(running).await;
                 return Ok(claimed);
             }
             Ok(None) => claims::state(pool, dispatch.job_id)

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use maestro_domain::job::JobState;
-use maestro_domain::{JobId, TaskId};
+use maestro_domain::topic::{Direct, Topic};
+use maestro_domain::{EventKind, JobId, TaskId};
 use sqlx::PgPool;
 
 use crate::DbError;
+use crate::jobs::Publish;
 
 /// A job this worker now holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +62,9 @@ pub struct Claimed {
     pub space_policy: Option<serde_json::Value>,
     /// Files attached to the task that are not in its workspace yet.
     pub unplaced_attachments: bool,
+    /// With [`Publish::Directly`]: the `running` event's outbox row, for the worker to
+    /// publish.
+    pub running: Option<Direct>,
 }
 
 /// Where an A2A task came from: what the agent is told in its dynamic context.
@@ -99,10 +104,23 @@ struct Row {
     space_id: Option<uuid::Uuid>,
     space_policy: Option<serde_json::Value>,
     unplaced_attachments: bool,
+    running_doc: Option<String>,
+    traceparent: Option<String>,
+    a2a_push: bool,
 }
 
 impl From<Row> for Claimed {
     fn from(r: Row) -> Self {
+        let running = r.running_doc.map(|payload| Direct {
+            topic: Topic::Event {
+                task_id: TaskId(r.task_id),
+                kind: EventKind::JobState,
+            },
+            msg_id: format!("event:{}:{}", r.task_id, r.claim_seq),
+            payload,
+            traceparent: r.traceparent,
+            a2a_push: r.a2a_push,
+        });
         Claimed {
             job_id: JobId(r.id),
             task_id: TaskId(r.task_id),
@@ -134,6 +152,7 @@ impl From<Row> for Claimed {
             space_id: r.space_id.map(maestro_domain::SpaceId),
             space_policy: r.space_policy,
             unplaced_attachments: r.unplaced_attachments,
+            running,
         }
     }
 }
@@ -159,14 +178,15 @@ pub async fn claim_many(
     worker_id: &str,
     lease: Duration,
 ) -> Result<Vec<Claimed>, DbError> {
-    claim_many_traced(pool, job_ids, &[], worker_id, lease, &[]).await
+    claim_many_traced(pool, job_ids, &[], worker_id, lease, &[], Publish::ByRelay).await
 }
 
 /// [`claim_many`], recording on each job the W3C `traceparent` its dispatch carried
 /// (`traceparents[i]` for `job_ids[i]`; empty or missing: none). A job keeps the first one
 /// recorded, so every attempt and every event of the job joins one trace. A worker that
 /// serves only some `models` (empty: any) takes no job that names another: such a job stays
-/// `queued` for a worker that does.
+/// `queued` for a worker that does. With [`Publish::Directly`] the caller publishes each
+/// claim's `running` event ([`Claimed::running`]).
 pub async fn claim_many_traced(
     pool: &PgPool,
     job_ids: &[JobId],
@@ -174,6 +194,7 @@ pub async fn claim_many_traced(
     worker_id: &str,
     lease: Duration,
     models: &[String],
+    publish: Publish,
 ) -> Result<Vec<Claimed>, DbError> {
     let ids: Vec<uuid::Uuid> = job_ids.iter().map(|id| id.0).collect();
     let rows = sqlx::query_as!(
@@ -200,7 +221,7 @@ pub async fn claim_many_traced(
                     OR (status = 'running' AND lease_expires_at < now()))
          RETURNING id, task_id, job_no, attempt, max_attempts, profile, last_job_seq, created_at,
                    resume_movement, resume_question, ask_count, pending_interjections,
-                   piece, model, continued_from_job_id
+                   piece, model, continued_from_job_id, traceparent
         ), t AS (
             UPDATE tasks SET last_seq = last_seq + 1, updated_at = now()
               FROM j WHERE tasks.id = j.task_id
@@ -213,6 +234,10 @@ pub async fn claim_many_traced(
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
                    jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
               FROM j JOIN t ON t.id = j.task_id
+         RETURNING job_id, to_jsonb(events)::text AS doc
+        ), d AS (
+            -- Read by the outbox trigger at the end of this statement (migration 0021).
+            SELECT set_config('maestro.publish_directly', $6, true) AS grace
         )
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
                j.resume_movement AS "resume_movement?", j.resume_question AS "resume_question?", j.ask_count, j.pending_interjections,
@@ -232,14 +257,20 @@ pub async fn claim_many_traced(
                (SELECT s.policy FROM spaces s WHERE s.id = t.space_id) AS "space_policy?",
                EXISTS (SELECT 1 FROM task_attachments a
                         WHERE a.task_id = j.task_id AND a.placed_at IS NULL)
-                   AS "unplaced_attachments!"
-          FROM j JOIN t ON t.id = j.task_id
+                   AS "unplaced_attachments!",
+               CASE WHEN d.grace <> '' THEN (SELECT e.doc FROM e WHERE e.job_id = j.id)
+               END AS "running_doc?",
+               j.traceparent AS "traceparent?",
+               d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c
+                                          WHERE c.task_id = j.task_id) AS "a2a_push!"
+          FROM j JOIN t ON t.id = j.task_id CROSS JOIN d
         "#,
         &ids,
         worker_id,
         lease.as_secs_f64(),
         traceparents,
         models,
+        publish.grace(),
     )
     .fetch_all(pool)
     .await?;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use maestro_domain::storable;
+use maestro_domain::topic::Direct;
 use maestro_domain::{EventBody, JobId, JobStatus, TaskId, WaitReason};
 use sqlx::{PgConnection, PgPool};
 
@@ -80,6 +81,38 @@ pub async fn append_delivering(
     transition: Option<&Transition>,
     delivered: &[uuid::Uuid],
 ) -> Result<Result<i64, Fenced>, DbError> {
+    let appended =
+        append_publishing(pool, fence, events, transition, delivered, Publish::ByRelay).await?;
+    Ok(appended.map(|a| a.first_seq))
+}
+
+/// Who publishes the appended events: the relay (woken by the writer) or the writer itself
+/// right after the commit, the relay taking over only if it does not say it did (migration
+/// `0021`, docs/architecture.md#the-outbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    ByRelay,
+    Directly,
+}
+
+/// What an append committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    /// The task-wide seq of the first appended event.
+    pub first_seq: i64,
+    /// With [`Publish::Directly`]: the events' outbox rows, for the writer to publish.
+    pub direct: Vec<Direct>,
+}
+
+/// [`append_delivering`], saying who publishes the events.
+pub async fn append_publishing(
+    pool: &PgPool,
+    fence: Fence,
+    events: &[EventBody],
+    transition: Option<&Transition>,
+    delivered: &[uuid::Uuid],
+    publish: Publish,
+) -> Result<Result<Appended, Fenced>, DbError> {
     let kinds: Vec<String> = events
         .iter()
         .map(|e| e.kind().as_str().to_owned())
@@ -109,7 +142,7 @@ pub async fn append_delivering(
              WHERE id = $1 AND attempt = $2 AND status = 'running'
                AND ($5::text IS DISTINCT FROM 'succeeded'
                     OR pending_interjections = cardinality($11::uuid[]))
-         RETURNING id, task_id, last_job_seq - cardinality($3::text[]) AS base
+         RETURNING id, task_id, traceparent, last_job_seq - cardinality($3::text[]) AS base
         ), c AS (
             UPDATE comments SET delivered_at = now()
               FROM j WHERE comments.id = ANY($11) AND comments.job_id = j.id
@@ -129,8 +162,21 @@ pub async fn append_delivering(
                                 (x.payload ->> 'message_seq')::bigint))
                         ELSE x.payload END
               FROM j, t, unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
+         RETURNING seq, kind, to_jsonb(events)::text AS doc
+        ), d AS (
+            -- Read by the outbox trigger at the end of this statement (migration 0021).
+            SELECT set_config('maestro.publish_directly', $13, true) AS grace
         )
-        SELECT t.base AS "base!" FROM t
+        SELECT t.base AS "base!", t.id AS "task_id!", j.traceparent,
+               d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c
+                                          WHERE c.task_id = t.id) AS "a2a_push!",
+               CASE WHEN d.grace <> '' THEN (SELECT array_agg(e.seq ORDER BY e.seq) FROM e) END
+                   AS seqs,
+               CASE WHEN d.grace <> '' THEN (SELECT array_agg(e.kind ORDER BY e.seq) FROM e) END
+                   AS kinds,
+               CASE WHEN d.grace <> '' THEN (SELECT array_agg(e.doc ORDER BY e.seq) FROM e) END
+                   AS docs
+          FROM t, j, d
         "#,
         fence.job_id.0,
         fence.attempt,
@@ -144,13 +190,37 @@ pub async fn append_delivering(
         transition.is_some_and(|t| t.refund_attempt),
         delivered,
         transition.and_then(|t| t.branch.as_deref()),
+        publish.grace(),
     )
     .fetch_optional(pool)
     .await?;
-    Ok(match row {
-        Some(r) => Ok(r.base + 1),
-        None => Err(Fenced(fence.job_id)),
-    })
+    let Some(r) = row else {
+        return Ok(Err(Fenced(fence.job_id)));
+    };
+    let task_id = TaskId(r.task_id);
+    let direct = crate::outbox::direct_events(
+        task_id,
+        r.seqs.unwrap_or_default(),
+        r.kinds.unwrap_or_default(),
+        r.docs.unwrap_or_default(),
+        r.traceparent,
+        r.a2a_push,
+    )?;
+    Ok(Ok(Appended {
+        first_seq: r.base + 1,
+        direct,
+    }))
+}
+
+impl Publish {
+    /// The `maestro.publish_directly` setting the outbox trigger reads: the relay's grace
+    /// before it takes over, or empty (publish at once).
+    pub(crate) fn grace(self) -> &'static str {
+        match self {
+            Publish::ByRelay => "",
+            Publish::Directly => crate::outbox::DIRECT_GRACE,
+        }
+    }
 }
 
 /// Push the lease of a held job forward. `Err(Fenced)` when it is no longer held.

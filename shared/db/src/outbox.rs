@@ -5,8 +5,8 @@
 //! over NATS after their commit (`maestro_messaging::publish::wake_outbox`), not with NOTIFY,
 //! whose global lock would serialize every writing transaction.
 
-use maestro_domain::TaskId;
-use maestro_domain::topic::Topic;
+use maestro_domain::topic::{Direct, Topic};
+use maestro_domain::{EventKind, TaskId};
 use sqlx::{PgConnection, PgPool};
 
 use crate::DbError;
@@ -24,32 +24,115 @@ pub struct OutboxRow {
     pub a2a_push: bool,
 }
 
-/// Lock and return the oldest unpublished rows (skipping rows another relay holds).
+/// A row as stored.
+struct Stored {
+    id: i64,
+    topic: String,
+    task_id: Option<uuid::Uuid>,
+    kind: Option<String>,
+    msg_id: String,
+    payload: serde_json::Value,
+    traceparent: Option<String>,
+    a2a_push: bool,
+}
+
+impl Stored {
+    fn parse(self) -> Result<OutboxRow, DbError> {
+        let topic = Topic::from_parts(&self.topic, self.task_id.map(TaskId), self.kind.as_deref())
+            .map_err(DbError::corrupt)?;
+        Ok(OutboxRow {
+            id: self.id,
+            topic,
+            msg_id: self.msg_id,
+            payload: self.payload,
+            traceparent: self.traceparent,
+            a2a_push: self.a2a_push,
+        })
+    }
+}
+
+/// How long the relay leaves a row its writer publishes itself before taking it over (an
+/// `interval` for the outbox trigger; well inside JetStream's duplicate window, so a row
+/// published by both is stored once).
+pub const DIRECT_GRACE: &str = "2 seconds";
+
+/// Lock and return the oldest rows the relay publishes (skipping rows another relay holds,
+/// and rows their writer publishes itself: see [`lock_overdue`]).
 pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, DbError> {
-    let rows = sqlx::query!(
+    let rows = sqlx::query_as!(
+        Stored,
         r#"
         SELECT id, topic, task_id, kind, msg_id, payload, traceparent,
                COALESCE(kind = 'job_state' AND EXISTS (SELECT 1 FROM a2a_push_configs c
                                                         WHERE c.task_id = outbox.task_id), false)
                    AS "a2a_push!"
           FROM outbox
+         WHERE relay_after IS NULL
          ORDER BY id LIMIT $1 FOR UPDATE OF outbox SKIP LOCKED
         "#,
         limit
     )
     .fetch_all(conn)
     .await?;
-    rows.into_iter()
-        .map(|r| {
-            let topic = Topic::from_parts(&r.topic, r.task_id.map(TaskId), r.kind.as_deref())
-                .map_err(DbError::corrupt)?;
-            Ok(OutboxRow {
-                id: r.id,
-                topic,
-                msg_id: r.msg_id,
-                payload: r.payload,
-                traceparent: r.traceparent,
-                a2a_push: r.a2a_push,
+    rows.into_iter().map(Stored::parse).collect()
+}
+
+/// Lock and return rows their writer was to publish itself and has not said it did, once
+/// their grace is over (the writer stopped between its commit and its publish, or its notice
+/// was lost): the relay publishes them as any other.
+pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, DbError> {
+    let rows = sqlx::query_as!(
+        Stored,
+        r#"
+        SELECT id, topic, task_id, kind, msg_id, payload, traceparent,
+               COALESCE(kind = 'job_state' AND EXISTS (SELECT 1 FROM a2a_push_configs c
+                                                        WHERE c.task_id = outbox.task_id), false)
+                   AS "a2a_push!"
+          FROM outbox
+         WHERE relay_after <= now()
+         ORDER BY id LIMIT $1 FOR UPDATE OF outbox SKIP LOCKED
+        "#,
+        limit
+    )
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter().map(Stored::parse).collect()
+}
+
+/// Remove rows their writer published itself (by `msg_id`; rows the relay publishes are not
+/// touched). Returns how many were removed.
+pub async fn forget_published(pool: &PgPool, msg_ids: &[String]) -> Result<u64, DbError> {
+    let done = sqlx::query!(
+        "DELETE FROM outbox WHERE relay_after IS NOT NULL AND msg_id = ANY($1)",
+        msg_ids
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The outbox rows of events a statement appended with [`crate::jobs::Publish::Directly`],
+/// from its columns (in seq order).
+pub(crate) fn direct_events(
+    task_id: TaskId,
+    seqs: Vec<i64>,
+    kinds: Vec<String>,
+    docs: Vec<String>,
+    traceparent: Option<String>,
+    a2a_push: bool,
+) -> Result<Vec<Direct>, DbError> {
+    seqs.into_iter()
+        .zip(kinds)
+        .zip(docs)
+        .map(|((seq, kind), payload)| {
+            let kind = EventKind::parse(&kind)
+                .ok_or_else(|| DbError::Corrupt(format!("event kind {kind:?}")))?;
+            Ok(Direct {
+                topic: Topic::Event { task_id, kind },
+                msg_id: format!("event:{task_id}:{seq}"),
+                payload,
+                traceparent: traceparent.clone(),
+                a2a_push: a2a_push && kind == EventKind::JobState,
             })
         })
         .collect()

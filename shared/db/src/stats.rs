@@ -16,11 +16,13 @@ pub async fn active_jobs(pool: &PgPool) -> sqlx::Result<Vec<(String, i64)>> {
     .await
 }
 
-/// Seconds since the oldest event not yet relayed was written (0 when none waits).
+/// Seconds since the oldest event not yet relayed was written (0 when none waits). Rows
+/// their writer publishes itself count once their grace is over.
 pub async fn outbox_lag(pool: &PgPool) -> sqlx::Result<f64> {
     let (lag,): (Option<f64>,) = sqlx::query_as(
-        "SELECT extract(epoch FROM now() - created_at)::float8
-         FROM outbox ORDER BY id LIMIT 1",
+        "SELECT extract(epoch FROM now() - least(
+                    (SELECT created_at FROM outbox WHERE relay_after IS NULL ORDER BY id LIMIT 1),
+                    (SELECT min(created_at) FROM outbox WHERE relay_after <= now())))::float8",
     )
     .fetch_optional(pool)
     .await?

@@ -3,13 +3,16 @@
 //! public ones (docs/spaces.md).
 
 use chrono::{DateTime, Utc};
+use maestro_domain::topic::{Direct, Topic};
 use maestro_domain::{
-    Access, JobId, JobRecord, JobStatus, Owner, SpaceId, SpaceRole, TaskId, TaskRecord, Visibility,
+    Access, EventKind, JobId, JobRecord, JobStatus, Owner, SpaceId, SpaceRole, TaskId, TaskRecord,
+    Visibility,
 };
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::DbError;
+use crate::jobs::Publish;
 
 /// What a new task is made of.
 #[derive(Debug, Clone)]
@@ -62,6 +65,17 @@ pub async fn resolve_piece(pool: &PgPool, id: TaskId, piece: &str) -> Result<Str
 /// event and the push config it came with, in one statement, and return the new task. Returns `None`, writing nothing, when
 /// the owner already used this idempotency key.
 pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecord>, DbError> {
+    let created = create_publishing(pool, new, Publish::ByRelay).await?;
+    Ok(created.map(|(record, _)| record))
+}
+
+/// [`create`], saying who publishes the `queued` event; with [`Publish::Directly`] its
+/// outbox row comes back for the caller to publish.
+pub async fn create_publishing(
+    pool: &PgPool,
+    new: &NewTask<'_>,
+    publish: Publish,
+) -> Result<Option<(TaskRecord, Vec<Direct>)>, DbError> {
     let queued = serde_json::json!({"status": JobStatus::Queued, "attempt": 0});
     let names: Vec<&str> = new.attachments.iter().map(|a| a.name.as_str()).collect();
     let types: Vec<&str> = new
@@ -91,6 +105,10 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         ), event AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job
+            RETURNING to_jsonb(events)::text AS doc
+        ), d AS (
+            -- Read by the outbox trigger at the end of this statement (migration 0021).
+            SELECT set_config('maestro.publish_directly', $27, true) AS grace
         ), push AS (
             INSERT INTO a2a_push_configs (task_id, id, url, token, auth_scheme, auth_credentials)
             SELECT task.id, $16, $17, $18, $19, $20 FROM task WHERE $17::text IS NOT NULL
@@ -100,7 +118,9 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
               FROM task, unnest($23::text[], $24::text[], $25::text[], $26::bytea[])
                          AS a (name, content_type, sha256, data)
         )
-        SELECT created_at FROM task
+        SELECT task.created_at,
+               CASE WHEN d.grace <> '' THEN (SELECT event.doc FROM event) END AS "doc?"
+          FROM task, d
         "#,
         new.id.0,
         new.owner.as_str(),
@@ -128,10 +148,22 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
         &types as &[&str],
         &shas as &[&str],
         &datas as &[&[u8]],
+        publish.grace(),
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|row| TaskRecord {
+    let Some(row) = row else { return Ok(None) };
+    let direct = row.doc.map(|payload| Direct {
+        topic: Topic::Event {
+            task_id: new.id,
+            kind: EventKind::JobState,
+        },
+        msg_id: format!("event:{}:1", new.id),
+        payload,
+        traceparent: None,
+        a2a_push: new.push.is_some(),
+    });
+    let record = TaskRecord {
         id: new.id,
         owner: new.owner.as_str().to_owned(),
         space_id: new.space_id,
@@ -177,7 +209,8 @@ pub async fn create(pool: &PgPool, new: &NewTask<'_>) -> Result<Option<TaskRecor
                 sha256: a.sha256.clone(),
             })
             .collect(),
-    }))
+    };
+    Ok(Some((record, direct.into_iter().collect())))
 }
 
 /// The task an owner created with `key`, and the hash of the request that created it.

@@ -130,6 +130,25 @@ impl EventBody {
         }
     }
 
+    /// Whether writing this event also writes outbox rows only the relay publishes: a
+    /// notice (`events_to_notices`: a decision, a job that ended or waits for a person) or a
+    /// signal (`events_to_outbox`: a decision, a cancel). A writer that publishes its events
+    /// itself wakes the relay for these; were this to miss a case, the relay's poll would
+    /// still publish the rows, later.
+    pub fn has_relayed_rows(&self) -> bool {
+        match self {
+            EventBody::Decision(_) => true,
+            EventBody::JobState(change) => matches!(
+                change.status,
+                JobStatus::Succeeded
+                    | JobStatus::Failed
+                    | JobStatus::Cancelled
+                    | JobStatus::WaitingHuman
+            ),
+            _ => false,
+        }
+    }
+
     /// The payload as stored in the `payload` column (made storable: a NUL from a tool's
     /// output or the model becomes U+FFFD, `crate::storable`).
     pub fn payload(&self) -> Value {

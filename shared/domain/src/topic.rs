@@ -20,6 +20,20 @@ pub enum Topic {
     A2aPush,
 }
 
+/// An outbox row its writer publishes itself, right after the commit that wrote it (the
+/// job path's events; docs/architecture.md#the-outbox). The relay takes the row over only if
+/// the writer does not say it published it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Direct {
+    pub topic: Topic,
+    pub msg_id: String,
+    /// The payload as the database rendered it: the JSON the relay would publish.
+    pub payload: String,
+    pub traceparent: Option<String>,
+    /// A job state event of a task with A2A push configs.
+    pub a2a_push: bool,
+}
+
 /// What a signal on `<prefix>.signals.<task_id>.<kind>` says (docs/architecture.md#signals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,5 +1,6 @@
 //! The NATS side of a service, and the one place where what follows a commit happens: waking
-//! the outbox relay (which publishes events, notifications and signals), dispatching jobs,
+//! the outbox relay (which publishes events, notifications and signals) or publishing the
+//! commit's events directly ([`Bus::publish_direct`]), dispatching jobs,
 //! waking the subtask join and the schedulers, and stopping a cancelled job's tools. A writer
 //! commits, then hands an [`AfterCommit`] to [`Bus::after_commit`].
 //!
@@ -145,6 +146,56 @@ impl Bus {
             self.signal(self.subjects.tools_cancel(), cancel, "the tool-runners")
                 .await;
         }
+    }
+
+    /// Publish outbox rows the commit just made that their writer publishes itself (the job
+    /// path's events: `maestro_db::jobs::Publish::Directly`), then tell the relay which, so it
+    /// deletes them without publishing them again. The messages are sent in order before this
+    /// returns, so a writer's next commit cannot overtake them; the acknowledgements are
+    /// awaited in the background. Best effort: a row not confirmed here is published by the
+    /// relay once its grace is over (a repeat is dropped by its `Nats-Msg-Id`).
+    pub async fn publish_direct(&self, rows: Vec<maestro_domain::topic::Direct>) {
+        if rows.is_empty() {
+            return;
+        }
+        let mut acks = Vec::with_capacity(rows.len());
+        let mut ids = String::new();
+        for row in rows {
+            let subject = self.subjects.of_topic(row.topic);
+            let mut headers =
+                crate::publish::headers_relayed(&row.msg_id, row.traceparent.as_deref());
+            if row.a2a_push {
+                headers.insert(crate::publish::A2A_PUSH_HEADER, "1");
+            }
+            match self
+                .js
+                .publish_with_headers(subject, headers, Bytes::from(row.payload))
+                .await
+            {
+                Ok(ack) => acks.push(ack),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot publish committed events; the relay will");
+                    return;
+                }
+            }
+            if !ids.is_empty() {
+                ids.push('\n');
+            }
+            ids.push_str(&row.msg_id);
+        }
+        let nats = self.nats.clone();
+        let subject = self.subjects.outbox_published();
+        tokio::spawn(async move {
+            for ack in acks {
+                if let Err(e) = ack.await {
+                    tracing::warn!(error = %e, "committed events not acknowledged; the relay will publish them");
+                    return;
+                }
+            }
+            if let Err(e) = nats.publish(subject, Bytes::from(ids)).await {
+                tracing::warn!(error = %e, "cannot tell the relay what was published; it will publish it again");
+            }
+        });
     }
 
     /// A core NATS message, fire and forget.

@@ -7,8 +7,9 @@
 //! | `<p>.jobs.dispatch.<profile>` | job dispatch (work queue, stream `<P>_JOBS`) |
 //! | `<p>.jobs.<job_id>.control` | interject/cancel wake-ups for a running job (core NATS) |
 //! | `<p>.outbox.wake` | a writer committed outbox rows: the relay drains (core NATS) |
+//! | `<p>.outbox.published` | a writer published its own outbox rows: the relay deletes them (core NATS) |
 //! | `<p>.subtasks.wake` | a child's job may be over: the subtask join runs (core NATS) |
-//! | `<p>.events.<task_id>.<kind>` | persisted events, from the outbox (stream `<P>_EVENTS`) |
+//! | `<p>.events.<task_id>.<kind>` | persisted events, from the outbox or their writer (stream `<P>_EVENTS`) |
 //! | `<p>.deltas.<task_id>.<job_id>.<after_seq>` | live message fragments (stream `<P>_DELTAS`, short retention) |
 //! | `<p>.tools.exec` | tool execution, request/reply to the tool-runner (core NATS) |
 //! | `<p>.tools.cancel` | stop a job's running tool calls (core NATS, every tool-runner) |
@@ -147,6 +148,12 @@ impl Subjects {
     /// `<p>.outbox.wake` (core NATS): a writer committed outbox rows; the relay drains now.
     pub fn outbox_wake(&self) -> String {
         format!("{}.outbox.wake", self.prefix)
+    }
+
+    /// `<p>.outbox.published` (core NATS): a writer published outbox rows itself (their
+    /// `msg_id`s, one per line); the relay deletes them.
+    pub fn outbox_published(&self) -> String {
+        format!("{}.outbox.published", self.prefix)
     }
 
     /// `<p>.subtasks.wake` (core NATS): a child task's job may be over, or a parent began to

@@ -15,9 +15,9 @@ use maestro_a2a::types::{
 use maestro_a2a::{A2aError, ErrorKind};
 use maestro_api::DecideRequest;
 use maestro_db::comments::Said;
+use maestro_db::jobs::Publish;
 use maestro_db::tasks::NewTask;
 use maestro_domain::{ActionId, JobId, Owner, TaskId, TaskRecord, WaitReason};
-use maestro_messaging::AfterCommit;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -241,17 +241,15 @@ async fn create(
         push: push.as_ref(),
         attachments: &[],
     };
-    let created = maestro_db::tasks::create(&ctx.state.pool, &new)
+    let created = maestro_db::tasks::create_publishing(&ctx.state.pool, &new, Publish::Directly)
         .await
         .map_err(db)?;
-    if created.is_none() {
+    let Some((_, queued)) = created else {
         return repeated_creation(ctx, &key, &hash).await;
-    }
+    };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created over A2A");
     maestro_runtime::metrics::task_created("a2a");
-    ctx.state
-        .bus
-        .after_commit(AfterCommit::new_job(&valid.profile, task_id, job_id))
+    crate::usecases::announce_new_task(&ctx.state.bus, &valid.profile, task_id, job_id, queued)
         .await;
     Ok(task_id)
 }

@@ -6,12 +6,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maestro_api::ErrorBody;
 use maestro_api::{CreateTask, Task, TaskPage};
+use maestro_db::jobs::Publish;
 use maestro_db::tasks::NewTask;
 use maestro_domain::job::DEFAULT_PROFILE;
 use maestro_domain::space::SpaceRecord;
 use maestro_domain::{JobId, JobStatus, Owner, SpaceId, TaskId, Visibility};
-use maestro_messaging::AfterCommit;
-use maestro_messaging::payloads::JobDispatch;
 
 use super::parse_id;
 use crate::attachments::CreateBody;
@@ -218,17 +217,14 @@ pub async fn create(
         push: None,
         attachments: &attachments,
     };
-    let Some(task) = maestro_db::tasks::create(&state.pool, &new).await? else {
+    let created =
+        maestro_db::tasks::create_publishing(&state.pool, &new, Publish::Directly).await?;
+    let Some((task, queued)) = created else {
         return replay(&state, &owner, key.as_deref().unwrap_or_default(), &hash).await;
     };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");
     maestro_runtime::metrics::task_created("rest");
-    state
-        .bus
-        .after_commit(
-            AfterCommit::events().dispatch(&valid.profile, JobDispatch::new_job(task_id, job_id)),
-        )
-        .await;
+    crate::usecases::announce_new_task(&state.bus, &valid.profile, task_id, job_id, queued).await;
     Ok((StatusCode::CREATED, Json(Task::new(task))).into_response())
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use maestro_db::PgPool;
 use maestro_db::claims::Claimed;
-use maestro_db::jobs::{self, Fence, Transition};
+use maestro_db::jobs::{self, Fence, Publish, Transition};
 use maestro_domain::event::ReplayEvent;
 use maestro_domain::{CommentKind, EventBody, Message, MessageEvent, ToolCall, ToolResultEvent};
 use maestro_messaging::payloads::DeltaFragment;
@@ -174,28 +174,37 @@ impl Journal {
             return Ok(());
         }
         let events = std::mem::take(&mut self.unsaved);
-        let written = jobs::append_delivering(
+        // The job's own events go to NATS from here, right after the commit; the relay
+        // publishes only what else the commit wrote (notices, signals), and these if this
+        // publish does not happen (docs/architecture.md#the-outbox).
+        let written = jobs::append_publishing(
             &self.pool,
             self.fence,
             &events,
             transition.as_ref(),
             &self.delivering,
+            Publish::Directly,
         )
         .await?;
-        let first = match written {
-            Ok(first) => first,
+        let appended = match written {
+            Ok(appended) => appended,
             Err(fenced) => {
                 self.unsaved = events;
                 return Err(fenced.into());
             }
         };
+        self.bus.publish_direct(appended.direct).await;
         let over = transition.as_ref().is_some_and(|t| t.to.is_terminal());
-        let mut after = AfterCommit::events();
+        let mut after = if events.iter().any(EventBody::has_relayed_rows) {
+            AfterCommit::events()
+        } else {
+            AfterCommit::none()
+        };
         if self.subtask && over {
             after = after.wake_joiner();
         }
         self.bus.after_commit(after).await;
-        self.last_seq = first + events.len() as i64 - 1;
+        self.last_seq = appended.first_seq + events.len() as i64 - 1;
         self.deltas.committed(self.last_seq);
         self.delivering.clear();
         Ok(())

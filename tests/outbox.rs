@@ -1,0 +1,285 @@
+//! Events their writer publishes itself (docs/architecture.md#the-outbox): the rows a worker's
+//! claim and turns commit wait for it instead of the relay, everything else the same
+//! statements write is the relay's at once, the relay deletes what the writer says it
+//! published without publishing it again, and takes over what the writer never published.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use maestro_db::claims;
+use maestro_db::jobs::{self, Fence, Publish, Transition};
+use maestro_domain::{
+    DecisionEvent, Event, EventBody, EventKind, JobStateChange, JobStatus, Message, MessageEvent,
+    TaskId, WaitReason,
+};
+use maestro_messaging::{Bus, Subjects};
+use maestro_testkit::TestDb;
+use maestro_testkit::{Stack, StackOptions};
+use serde_json::json;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// Outbox rows of `task_id`'s events: (msg_id, waits for its writer).
+async fn rows(pool: &sqlx::PgPool, task_id: TaskId) -> Vec<(String, bool)> {
+    sqlx::query_as(
+        "SELECT msg_id, relay_after IS NOT NULL FROM outbox
+          WHERE task_id = $1 AND topic = 'event' ORDER BY id",
+    )
+    .bind(task_id.0)
+    .fetch_all(pool)
+    .await
+    .expect("outbox")
+}
+
+/// Rows of any topic the relay publishes at once.
+async fn relayed_now(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE relay_after IS NULL")
+        .fetch_one(pool)
+        .await
+        .expect("outbox")
+}
+
+fn decision(status: JobStatus) -> EventBody {
+    EventBody::Decision(DecisionEvent {
+        action_id: uuid::Uuid::now_v7(),
+        kind: WaitReason::Ask,
+        decision: "answer".into(),
+        by: "alice".into(),
+        scope: None,
+        note: None,
+        resumed: false,
+        status: Some(status),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay() {
+    let db = TestDb::create().await.expect("database");
+    let pool = &db.pool;
+    let (task_id, job_id) = db.queued_task("alice", "direct").await.expect("task");
+    sqlx::query("DELETE FROM outbox")
+        .execute(pool)
+        .await
+        .expect("clear");
+
+    let mut claimed = claims::claim_many_traced(
+        pool,
+        &[job_id],
+        &[String::new()],
+        "w1",
+        LEASE,
+        &[],
+        Publish::Directly,
+    )
+    .await
+    .expect("claim");
+    let claimed = claimed.pop().expect("claimed");
+    let running = claimed
+        .running
+        .clone()
+        .expect("the running event to publish");
+    let event: Event = serde_json::from_str(&running.payload).expect("an event");
+    assert_eq!((event.task_id, event.seq), (task_id, claimed.claim_seq));
+    assert_eq!(event.kind, EventKind::JobState);
+    assert_eq!(
+        running.msg_id,
+        format!("event:{task_id}:{}", claimed.claim_seq)
+    );
+    assert_eq!(
+        rows(pool, task_id).await,
+        vec![(running.msg_id.clone(), true)]
+    );
+    assert_eq!(relayed_now(pool).await, 0);
+
+    // Each kind of event a job writes: its own row waits for the writer; what else its
+    // statement writes (a notice, a signal) is the relay's, exactly when the worker expects
+    // (`EventBody::has_relayed_rows`, which decides whether it wakes the relay).
+    let fence = Fence {
+        job_id,
+        attempt: claimed.attempt,
+    };
+    let mut bodies: Vec<EventBody> = JobStatus::ALL
+        .iter()
+        .map(|s| EventBody::JobState(JobStateChange::new(*s, claimed.attempt)))
+        .collect();
+    bodies.push(decision(JobStatus::Queued));
+    bodies.push(EventBody::Message(MessageEvent::plain(Message::assistant(
+        Some("hello".into()),
+        Vec::new(),
+    ))));
+    for body in bodies {
+        let before = relayed_now(pool).await;
+        let appended = jobs::append_publishing(
+            pool,
+            fence,
+            std::slice::from_ref(&body),
+            None,
+            &[],
+            Publish::Directly,
+        )
+        .await
+        .expect("append")
+        .expect("held");
+        assert_eq!(appended.direct.len(), 1, "{body:?}");
+        let direct = &appended.direct[0];
+        let event: Event = serde_json::from_str(&direct.payload).expect("an event");
+        assert_eq!(event.seq, appended.first_seq);
+        assert_eq!(event.body().expect("body"), body, "the event as stored");
+        let added = relayed_now(pool).await - before;
+        assert_eq!(
+            added > 0,
+            body.has_relayed_rows(),
+            "{body:?}: {added} rows for the relay"
+        );
+    }
+    assert!(
+        rows(pool, task_id).await.iter().all(|(_, waits)| *waits),
+        "every event's own row waits for its writer"
+    );
+
+    // The relay's way, as every other writer does it: nothing waits.
+    let appended = jobs::append_publishing(
+        pool,
+        fence,
+        &[EventBody::Message(MessageEvent::plain(Message::assistant(
+            Some("by the relay".into()),
+            Vec::new(),
+        )))],
+        Some(&Transition::to(JobStatus::Succeeded)),
+        &[],
+        Publish::ByRelay,
+    )
+    .await
+    .expect("append")
+    .expect("held");
+    assert!(appended.direct.is_empty());
+    let last = rows(pool, task_id).await;
+    assert_eq!(
+        last.last(),
+        Some(&(format!("event:{task_id}:{}", appended.first_seq), false))
+    );
+}
+
+async fn bus(stack: &Stack) -> Bus {
+    let nats = async_nats::connect(&stack.nats.url).await.expect("NATS");
+    Bus {
+        js: async_nats::jetstream::new(nats.clone()),
+        nats,
+        subjects: Subjects::new(&stack.prefix).expect("prefix"),
+    }
+}
+
+/// The ids of every message on the task's event subjects from now on (core NATS: repeats
+/// included).
+async fn heard(bus: &Bus, task_id: TaskId) -> Arc<Mutex<Vec<String>>> {
+    let mut messages = bus
+        .nats
+        .subscribe(bus.subjects.events_of_task(task_id))
+        .await
+        .expect("subscribe");
+    bus.nats.flush().await.expect("flush");
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let seen = ids.clone();
+    tokio::spawn(async move {
+        while let Some(message) = messages.next().await {
+            let id = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Msg-Id"))
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default();
+            seen.lock().expect("lock").push(id);
+        }
+    });
+    ids
+}
+
+async fn wait_outbox_empty(pool: &sqlx::PgPool, task_id: TaskId) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !rows(pool, task_id).await.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rows are gone: {:?}",
+            rows(pool, task_id).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_forgets_what_the_writer_published_and_publishes_what_it_did_not() {
+    let mut stack = Stack::up(StackOptions::new(json!({"scenarios": []}))).await;
+    // This test is the worker.
+    stack.kill("worker").await;
+    let bus = bus(&stack).await;
+    let pool = stack.db.pool.clone();
+    let (published, _) = stack
+        .db
+        .queued_task("alice", "published")
+        .await
+        .expect("task");
+    let (abandoned, abandoned_job) = stack
+        .db
+        .queued_task("alice", "abandoned")
+        .await
+        .expect("task");
+    wait_outbox_empty(&pool, published).await;
+    wait_outbox_empty(&pool, abandoned).await;
+
+    // Published by its writer: on the bus once (the relay does not repeat it), then gone.
+    let job = sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM jobs WHERE task_id = $1")
+        .bind(published.0)
+        .fetch_one(&pool)
+        .await
+        .expect("job");
+    let listening = heard(&bus, published).await;
+    let mut claimed = claims::claim_many_traced(
+        &pool,
+        &[maestro_domain::JobId(job)],
+        &[String::new()],
+        "w1",
+        LEASE,
+        &[],
+        Publish::Directly,
+    )
+    .await
+    .expect("claim");
+    let running = claimed.pop().and_then(|c| c.running).expect("running");
+    let msg_id = running.msg_id.clone();
+    bus.publish_direct(vec![running]).await;
+    wait_outbox_empty(&pool, published).await;
+    // Past the relay's grace and its next poll: had it kept the row, it would have sent it.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        *listening.lock().expect("lock"),
+        vec![msg_id],
+        "published once, by its writer"
+    );
+
+    // Never published (its writer died after the commit): the relay publishes it once its
+    // grace is over.
+    let listening = heard(&bus, abandoned).await;
+    let mut claimed = claims::claim_many_traced(
+        &pool,
+        &[abandoned_job],
+        &[String::new()],
+        "w1",
+        LEASE,
+        &[],
+        Publish::Directly,
+    )
+    .await
+    .expect("claim");
+    let running = claimed.pop().and_then(|c| c.running).expect("running");
+    wait_outbox_empty(&pool, abandoned).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while listening.lock().expect("lock").is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        *listening.lock().expect("lock"),
+        vec![running.msg_id],
+        "published by the relay, once"
+    );
+}
