@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use maestro_domain::job::JobState;
-use maestro_domain::topic::{Direct, Topic};
+use maestro_domain::topic::Direct;
 use maestro_domain::{EventKind, JobId, TaskId};
 use sqlx::PgPool;
 
@@ -104,22 +104,29 @@ struct Row {
     space_id: Option<uuid::Uuid>,
     space_policy: Option<serde_json::Value>,
     unplaced_attachments: bool,
-    running_doc: Option<String>,
+    claim_job_seq: i32,
+    now: DateTime<Utc>,
+    worker_id: String,
+    direct: bool,
     traceparent: Option<String>,
     a2a_push: bool,
 }
 
 impl From<Row> for Claimed {
     fn from(r: Row) -> Self {
-        let running = r.running_doc.map(|payload| Direct {
-            topic: Topic::Event {
+        let running = r.direct.then(|| {
+            let written = crate::outbox::Written {
                 task_id: TaskId(r.task_id),
-                kind: EventKind::JobState,
-            },
-            msg_id: format!("event:{}:{}", r.task_id, r.claim_seq),
-            payload,
-            traceparent: r.traceparent,
-            a2a_push: r.a2a_push,
+                job_id: JobId(r.id),
+                created_at: r.now,
+                traceparent: r.traceparent.clone(),
+                a2a_push: r.a2a_push,
+            };
+            // As the statement writes it.
+            let payload = serde_json::json!({
+                "status": "running", "attempt": r.attempt, "worker_id": r.worker_id,
+            });
+            written.event(EventKind::JobState, r.claim_seq, r.claim_job_seq, payload)
         });
         Claimed {
             job_id: JobId(r.id),
@@ -234,7 +241,6 @@ pub async fn claim_many_traced(
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
                    jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
               FROM j JOIN t ON t.id = j.task_id
-         RETURNING job_id, to_jsonb(events)::text AS doc
         ), d AS (
             -- Read by the outbox trigger at the end of this statement (migration 0021).
             SELECT set_config('maestro.publish_directly', $6, true) AS grace
@@ -258,8 +264,8 @@ pub async fn claim_many_traced(
                EXISTS (SELECT 1 FROM task_attachments a
                         WHERE a.task_id = j.task_id AND a.placed_at IS NULL)
                    AS "unplaced_attachments!",
-               CASE WHEN d.grace <> '' THEN (SELECT e.doc FROM e WHERE e.job_id = j.id)
-               END AS "running_doc?",
+               j.last_job_seq AS claim_job_seq, now() AS "now!", $2::text AS "worker_id!",
+               d.grace <> '' AS "direct!",
                j.traceparent AS "traceparent?",
                d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c
                                           WHERE c.task_id = j.task_id) AS "a2a_push!"

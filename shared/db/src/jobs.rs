@@ -162,20 +162,14 @@ pub async fn append_publishing(
                                 (x.payload ->> 'message_seq')::bigint))
                         ELSE x.payload END
               FROM j, t, unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
-         RETURNING seq, kind, to_jsonb(events)::text AS doc
         ), d AS (
             -- Read by the outbox trigger at the end of this statement (migration 0021).
             SELECT set_config('maestro.publish_directly', $13, true) AS grace
         )
-        SELECT t.base AS "base!", t.id AS "task_id!", j.traceparent,
+        SELECT t.base AS "base!", j.base AS "job_base!", t.id AS "task_id!", j.traceparent,
+               now() AS "now!",
                d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c
-                                          WHERE c.task_id = t.id) AS "a2a_push!",
-               CASE WHEN d.grace <> '' THEN (SELECT array_agg(e.seq ORDER BY e.seq) FROM e) END
-                   AS seqs,
-               CASE WHEN d.grace <> '' THEN (SELECT array_agg(e.kind ORDER BY e.seq) FROM e) END
-                   AS kinds,
-               CASE WHEN d.grace <> '' THEN (SELECT array_agg(e.doc ORDER BY e.seq) FROM e) END
-                   AS docs
+                                          WHERE c.task_id = t.id) AS "a2a_push!"
           FROM t, j, d
         "#,
         fence.job_id.0,
@@ -197,19 +191,60 @@ pub async fn append_publishing(
     let Some(r) = row else {
         return Ok(Err(Fenced(fence.job_id)));
     };
-    let task_id = TaskId(r.task_id);
-    let direct = crate::outbox::direct_events(
-        task_id,
-        r.seqs.unwrap_or_default(),
-        r.kinds.unwrap_or_default(),
-        r.docs.unwrap_or_default(),
-        r.traceparent,
-        r.a2a_push,
-    )?;
+    let direct = match publish {
+        Publish::ByRelay => Vec::new(),
+        Publish::Directly => {
+            let written = crate::outbox::Written {
+                task_id: TaskId(r.task_id),
+                job_id: fence.job_id,
+                created_at: r.now,
+                traceparent: r.traceparent,
+                a2a_push: r.a2a_push,
+            };
+            let stored = linked(events, payloads);
+            let first = (r.base + 1, r.job_base + 1);
+            written.events(first, events.iter().map(EventBody::kind).zip(stored))
+        }
+    };
     Ok(Ok(Appended {
         first_seq: r.base + 1,
         direct,
     }))
+}
+
+/// The payloads as the append statement stores them: a `tool_call` links to the message
+/// before it in the batch (`message_seq`, here the message's index in the batch, made a seq
+/// by [`crate::outbox::Written::events`]), else keeps its own.
+fn linked(events: &[EventBody], payloads: Vec<serde_json::Value>) -> Vec<Stored> {
+    let mut last_message = None;
+    events
+        .iter()
+        .zip(payloads)
+        .enumerate()
+        .map(|(i, (event, payload))| match event.kind() {
+            maestro_domain::EventKind::Message => {
+                last_message = Some(i as i64);
+                Stored::As(payload)
+            }
+            maestro_domain::EventKind::ToolCall => match last_message {
+                Some(at) => Stored::LinkedTo(payload, at),
+                None => {
+                    let own = payload.get("message_seq").and_then(serde_json::Value::as_i64);
+                    Stored::Own(payload, own)
+                }
+            },
+            _ => Stored::As(payload),
+        })
+        .collect()
+}
+
+/// A payload and how the statement changed it.
+pub(crate) enum Stored {
+    As(serde_json::Value),
+    /// A tool call after the batch's message at this index.
+    LinkedTo(serde_json::Value, i64),
+    /// A tool call with no message before it in the batch: its own `message_seq` (or null).
+    Own(serde_json::Value, Option<i64>),
 }
 
 impl Publish {

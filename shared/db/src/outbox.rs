@@ -5,8 +5,10 @@
 //! over NATS after their commit (`maestro_messaging::publish::wake_outbox`), not with NOTIFY,
 //! whose global lock would serialize every writing transaction.
 
+use chrono::{DateTime, Utc};
 use maestro_domain::topic::{Direct, Topic};
-use maestro_domain::{EventKind, TaskId};
+use maestro_domain::{Event, EventKind, JobId, TaskId};
+use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
 use crate::DbError;
@@ -111,31 +113,72 @@ pub async fn forget_published(pool: &PgPool, msg_ids: &[String]) -> Result<u64, 
     Ok(done.rows_affected())
 }
 
-/// The outbox rows of events a statement appended with [`crate::jobs::Publish::Directly`],
-/// from its columns (in seq order).
-pub(crate) fn direct_events(
-    task_id: TaskId,
-    seqs: Vec<i64>,
-    kinds: Vec<String>,
-    docs: Vec<String>,
-    traceparent: Option<String>,
-    a2a_push: bool,
-) -> Result<Vec<Direct>, DbError> {
-    seqs.into_iter()
-        .zip(kinds)
-        .zip(docs)
-        .map(|((seq, kind), payload)| {
-            let kind = EventKind::parse(&kind)
-                .ok_or_else(|| DbError::Corrupt(format!("event kind {kind:?}")))?;
-            Ok(Direct {
-                topic: Topic::Event { task_id, kind },
-                msg_id: format!("event:{task_id}:{seq}"),
-                payload,
-                traceparent: traceparent.clone(),
-                a2a_push: a2a_push && kind == EventKind::JobState,
+fn with_message_seq(mut payload: Value, seq: Option<i64>) -> Value {
+    if let Some(fields) = payload.as_object_mut() {
+        fields.insert("message_seq".to_owned(), seq.into());
+    }
+    payload
+}
+
+/// Where a statement that publishes its events itself wrote them ([`crate::jobs::Publish`]).
+pub(crate) struct Written {
+    pub task_id: TaskId,
+    pub job_id: JobId,
+    /// The transaction's time: every event's `created_at`.
+    pub created_at: DateTime<Utc>,
+    pub traceparent: Option<String>,
+    /// The task has A2A push configs.
+    pub a2a_push: bool,
+}
+
+impl Written {
+    /// The outbox rows of events written from `(first seq, first job_seq)` on, in order: the
+    /// JSON is the event as stored (what the trigger copies into the row, `to_jsonb` of it),
+    /// built here rather than sent back by the statement.
+    pub fn events(
+        &self,
+        (first_seq, first_job_seq): (i64, i32),
+        events: impl Iterator<Item = (EventKind, crate::jobs::Stored)>,
+    ) -> Vec<Direct> {
+        events
+            .enumerate()
+            .map(|(i, (kind, stored))| {
+                let seq = first_seq + i as i64;
+                let payload = match stored {
+                    crate::jobs::Stored::As(payload) => payload,
+                    crate::jobs::Stored::LinkedTo(payload, at) => {
+                        with_message_seq(payload, Some(first_seq + at))
+                    }
+                    crate::jobs::Stored::Own(payload, own) => with_message_seq(payload, own),
+                };
+                self.event(kind, seq, first_job_seq + i as i32, payload)
             })
-        })
-        .collect()
+            .collect()
+    }
+
+    /// The outbox row of one event of this statement.
+    pub fn event(&self, kind: EventKind, seq: i64, job_seq: i32, payload: Value) -> Direct {
+        let event = Event {
+            task_id: self.task_id,
+            seq,
+            job_id: self.job_id,
+            job_seq,
+            kind,
+            payload,
+            created_at: self.created_at,
+        };
+        Direct {
+            topic: Topic::Event {
+                task_id: self.task_id,
+                kind,
+            },
+            msg_id: format!("event:{}:{seq}", self.task_id),
+            // A struct of plain values: serializing it cannot fail.
+            payload: serde_json::to_string(&event).unwrap_or_default(),
+            traceparent: self.traceparent.clone(),
+            a2a_push: self.a2a_push && kind == EventKind::JobState,
+        }
+    }
 }
 
 /// Remove published rows.

@@ -3,7 +3,7 @@
 //! public ones (docs/spaces.md).
 
 use chrono::{DateTime, Utc};
-use maestro_domain::topic::{Direct, Topic};
+use maestro_domain::topic::Direct;
 use maestro_domain::{
     Access, EventKind, JobId, JobRecord, JobStatus, Owner, SpaceId, SpaceRole, TaskId, TaskRecord,
     Visibility,
@@ -105,7 +105,6 @@ pub async fn create_publishing(
         ), event AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job
-            RETURNING to_jsonb(events)::text AS doc
         ), d AS (
             -- Read by the outbox trigger at the end of this statement (migration 0021).
             SELECT set_config('maestro.publish_directly', $27, true) AS grace
@@ -118,9 +117,7 @@ pub async fn create_publishing(
               FROM task, unnest($23::text[], $24::text[], $25::text[], $26::bytea[])
                          AS a (name, content_type, sha256, data)
         )
-        SELECT task.created_at,
-               CASE WHEN d.grace <> '' THEN (SELECT event.doc FROM event) END AS "doc?"
-          FROM task, d
+        SELECT task.created_at, d.grace <> '' AS "direct!" FROM task, d
         "#,
         new.id.0,
         new.owner.as_str(),
@@ -153,16 +150,16 @@ pub async fn create_publishing(
     .fetch_optional(pool)
     .await?;
     let Some(row) = row else { return Ok(None) };
-    let direct = row.doc.map(|payload| Direct {
-        topic: Topic::Event {
-            task_id: new.id,
-            kind: EventKind::JobState,
-        },
-        msg_id: format!("event:{}:1", new.id),
-        payload,
+    let written = crate::outbox::Written {
+        task_id: new.id,
+        job_id: new.job_id,
+        created_at: row.created_at,
         traceparent: None,
         a2a_push: new.push.is_some(),
-    });
+    };
+    let direct = row
+        .direct
+        .then(|| written.event(EventKind::JobState, 1, 1, queued));
     let record = TaskRecord {
         id: new.id,
         owner: new.owner.as_str().to_owned(),
