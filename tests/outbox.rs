@@ -11,7 +11,7 @@ use maestro_db::claims;
 use maestro_db::jobs::{self, Fence, Publish, Transition};
 use maestro_domain::{
     DecisionEvent, Event, EventBody, EventKind, JobStateChange, JobStatus, Message, MessageEvent,
-    TaskId, WaitReason,
+    TaskId, ToolCallEvent, WaitReason,
 };
 use maestro_messaging::{Bus, Subjects};
 use maestro_testkit::TestDb;
@@ -137,6 +137,44 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         rows(pool, task_id).await.iter().all(|(_, waits)| *waits),
         "every event's own row waits for its writer"
     );
+
+    // What the writer publishes is the event the outbox row holds, a tool call's link to its
+    // message (filled in by the statement) included.
+    let call = |message_seq| {
+        EventBody::ToolCall(ToolCallEvent {
+            call_id: "c1".into(),
+            name: "list_files".into(),
+            arguments: "{}".into(),
+            message_seq,
+        })
+    };
+    let turn = [
+        call(7),
+        EventBody::Message(MessageEvent::plain(Message::assistant(
+            Some("calling".into()),
+            Vec::new(),
+        ))),
+        call(0),
+    ];
+    let appended = jobs::append_publishing(pool, fence, &turn, None, &[], Publish::Directly)
+        .await
+        .expect("append")
+        .expect("held");
+    for direct in &appended.direct {
+        let stored: serde_json::Value =
+            sqlx::query_scalar("SELECT payload FROM outbox WHERE msg_id = $1")
+                .bind(&direct.msg_id)
+                .fetch_one(pool)
+                .await
+                .expect("row");
+        let stored: Event = serde_json::from_value(stored).expect("stored event");
+        let published: Event = serde_json::from_str(&direct.payload).expect("published event");
+        assert_eq!(published, stored, "{}", direct.msg_id);
+    }
+    let linked: Event = serde_json::from_str(&appended.direct[2].payload).expect("event");
+    assert_eq!(linked.payload["message_seq"], appended.first_seq + 1);
+    let own: Event = serde_json::from_str(&appended.direct[0].payload).expect("event");
+    assert_eq!(own.payload["message_seq"], 7);
 
     // The relay's way, as every other writer does it: nothing waits.
     let appended = jobs::append_publishing(

@@ -229,7 +229,9 @@ fn linked(events: &[EventBody], payloads: Vec<serde_json::Value>) -> Vec<Stored>
             maestro_domain::EventKind::ToolCall => match last_message {
                 Some(at) => Stored::LinkedTo(payload, at),
                 None => {
-                    let own = payload.get("message_seq").and_then(serde_json::Value::as_i64);
+                    let own = payload
+                        .get("message_seq")
+                        .and_then(serde_json::Value::as_i64);
                     Stored::Own(payload, own)
                 }
             },
