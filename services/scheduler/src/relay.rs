@@ -22,7 +22,7 @@ use maestro_messaging::publish::{A2A_PUSH_HEADER, headers_relayed};
 use tokio_util::sync::CancellationToken;
 
 /// How long the notices of published rows are gathered into one delete.
-const FORGET_WINDOW: Duration = Duration::from_millis(20);
+const FORGET_WINDOW: Duration = Duration::from_millis(100);
 /// Rows deleted per statement at the most.
 const FORGET_BATCH: usize = 2000;
 
