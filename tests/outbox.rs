@@ -20,6 +20,22 @@ use serde_json::json;
 
 const LEASE: Duration = Duration::from_secs(60);
 
+/// Claim `job_id` as the worker does (publishing its events itself); the claim.
+async fn claim(pool: &sqlx::PgPool, job_id: maestro_domain::JobId) -> claims::Claimed {
+    let mut claimed = claims::claim_many_traced(
+        pool,
+        &[job_id],
+        &[String::new()],
+        "w1",
+        LEASE,
+        &[],
+        Publish::Directly,
+    )
+    .await
+    .expect("claim");
+    claimed.pop().expect("claimed")
+}
+
 /// Outbox rows of `task_id`'s events: (msg_id, waits for its writer).
 async fn rows(pool: &sqlx::PgPool, task_id: TaskId) -> Vec<(String, bool)> {
     sqlx::query_as(
@@ -63,18 +79,7 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         .await
         .expect("clear");
 
-    let mut claimed = claims::claim_many_traced(
-        pool,
-        &[job_id],
-        &[String::new()],
-        "w1",
-        LEASE,
-        &[],
-        Publish::Directly,
-    )
-    .await
-    .expect("claim");
-    let claimed = claimed.pop().expect("claimed");
+    let claimed = claim(pool, job_id).await;
     let running = claimed
         .running
         .clone()
@@ -272,18 +277,10 @@ async fn the_relay_forgets_what_the_writer_published_and_publishes_what_it_did_n
         .await
         .expect("job");
     let listening = heard(&bus, published).await;
-    let mut claimed = claims::claim_many_traced(
-        &pool,
-        &[maestro_domain::JobId(job)],
-        &[String::new()],
-        "w1",
-        LEASE,
-        &[],
-        Publish::Directly,
-    )
-    .await
-    .expect("claim");
-    let running = claimed.pop().and_then(|c| c.running).expect("running");
+    let running = claim(&pool, maestro_domain::JobId(job))
+        .await
+        .running
+        .expect("running");
     let msg_id = running.msg_id.clone();
     bus.publish_direct(vec![running]).await;
     wait_outbox_empty(&pool, published).await;
@@ -298,18 +295,7 @@ async fn the_relay_forgets_what_the_writer_published_and_publishes_what_it_did_n
     // Never published (its writer died after the commit): the relay publishes it once its
     // grace is over.
     let listening = heard(&bus, abandoned).await;
-    let mut claimed = claims::claim_many_traced(
-        &pool,
-        &[abandoned_job],
-        &[String::new()],
-        "w1",
-        LEASE,
-        &[],
-        Publish::Directly,
-    )
-    .await
-    .expect("claim");
-    let running = claimed.pop().and_then(|c| c.running).expect("running");
+    let running = claim(&pool, abandoned_job).await.running.expect("running");
     wait_outbox_empty(&pool, abandoned).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while listening.lock().expect("lock").is_empty() && tokio::time::Instant::now() < deadline {

@@ -18,7 +18,7 @@ use futures::future::try_join_all;
 use maestro_db::PgPool;
 use maestro_db::outbox::{self, OutboxRow};
 use maestro_messaging::Bus;
-use maestro_messaging::publish::{A2A_PUSH_HEADER, headers_relayed};
+use maestro_messaging::publish::headers_of_row;
 use tokio_util::sync::CancellationToken;
 
 /// How long the notices of published rows are gathered into one delete.
@@ -151,10 +151,7 @@ impl Relay {
         let mut acks = Vec::with_capacity(rows.len());
         for row in rows {
             let subject = self.bus.subjects.of_topic(row.topic);
-            let mut headers = headers_relayed(&row.msg_id, row.traceparent.as_deref());
-            if row.a2a_push {
-                headers.insert(A2A_PUSH_HEADER, "1");
-            }
+            let headers = headers_of_row(&row.msg_id, row.traceparent.as_deref(), row.a2a_push);
             let payload = Bytes::from(serde_json::to_vec(&row.payload)?);
             acks.push(
                 self.bus

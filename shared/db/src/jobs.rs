@@ -11,7 +11,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use maestro_domain::storable;
 use maestro_domain::topic::Direct;
-use maestro_domain::{EventBody, JobId, JobStatus, TaskId, WaitReason};
+use maestro_domain::{EventBody, EventKind, JobId, JobStatus, TaskId, WaitReason};
+use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
 use crate::DbError;
@@ -201,7 +202,7 @@ pub async fn append_publishing(
                 traceparent: r.traceparent,
                 a2a_push: r.a2a_push,
             };
-            let stored = linked(events, payloads);
+            let stored = as_stored(events, payloads, r.base + 1);
             let first = (r.base + 1, r.job_base + 1);
             written.events(first, events.iter().map(EventBody::kind).zip(stored))
         }
@@ -212,41 +213,29 @@ pub async fn append_publishing(
     }))
 }
 
-/// The payloads as the append statement stores them: a `tool_call` links to the message
-/// before it in the batch (`message_seq`, here the message's index in the batch, made a seq
-/// by [`crate::outbox::Written::events`]), else keeps its own.
-fn linked(events: &[EventBody], payloads: Vec<serde_json::Value>) -> Vec<Stored> {
+/// The payloads as the append statement stores them, its events starting at `first_seq`: a
+/// `tool_call` links to the message before it in the batch (`message_seq`), else keeps its
+/// own (null when it has none).
+fn as_stored(events: &[EventBody], payloads: Vec<Value>, first_seq: i64) -> Vec<Value> {
     let mut last_message = None;
     events
         .iter()
         .zip(payloads)
         .enumerate()
-        .map(|(i, (event, payload))| match event.kind() {
-            maestro_domain::EventKind::Message => {
-                last_message = Some(i as i64);
-                Stored::As(payload)
-            }
-            maestro_domain::EventKind::ToolCall => match last_message {
-                Some(at) => Stored::LinkedTo(payload, at),
-                None => {
-                    let own = payload
-                        .get("message_seq")
-                        .and_then(serde_json::Value::as_i64);
-                    Stored::Own(payload, own)
+        .map(|(i, (event, mut payload))| {
+            match event.kind() {
+                EventKind::Message => last_message = Some(first_seq + i as i64),
+                EventKind::ToolCall => {
+                    let own = payload.get("message_seq").and_then(Value::as_i64);
+                    if let Some(fields) = payload.as_object_mut() {
+                        fields.insert("message_seq".to_owned(), last_message.or(own).into());
+                    }
                 }
-            },
-            _ => Stored::As(payload),
+                _ => {}
+            }
+            payload
         })
         .collect()
-}
-
-/// A payload and how the statement changed it.
-pub(crate) enum Stored {
-    As(serde_json::Value),
-    /// A tool call after the batch's message at this index.
-    LinkedTo(serde_json::Value, i64),
-    /// A tool call with no message before it in the batch: its own `message_seq` (or null).
-    Own(serde_json::Value, Option<i64>),
 }
 
 impl Publish {

@@ -113,13 +113,6 @@ pub async fn forget_published(pool: &PgPool, msg_ids: &[String]) -> Result<u64, 
     Ok(done.rows_affected())
 }
 
-fn with_message_seq(mut payload: Value, seq: Option<i64>) -> Value {
-    if let Some(fields) = payload.as_object_mut() {
-        fields.insert("message_seq".to_owned(), seq.into());
-    }
-    payload
-}
-
 /// Where a statement that publishes its events itself wrote them ([`crate::jobs::Publish`]).
 pub(crate) struct Written {
     pub task_id: TaskId,
@@ -138,19 +131,12 @@ impl Written {
     pub fn events(
         &self,
         (first_seq, first_job_seq): (i64, i32),
-        events: impl Iterator<Item = (EventKind, crate::jobs::Stored)>,
+        events: impl Iterator<Item = (EventKind, Value)>,
     ) -> Vec<Direct> {
         events
             .enumerate()
-            .map(|(i, (kind, stored))| {
+            .map(|(i, (kind, payload))| {
                 let seq = first_seq + i as i64;
-                let payload = match stored {
-                    crate::jobs::Stored::As(payload) => payload,
-                    crate::jobs::Stored::LinkedTo(payload, at) => {
-                        with_message_seq(payload, Some(first_seq + at))
-                    }
-                    crate::jobs::Stored::Own(payload, own) => with_message_seq(payload, own),
-                };
                 self.event(kind, seq, first_job_seq + i as i32, payload)
             })
             .collect()

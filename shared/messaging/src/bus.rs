@@ -162,11 +162,11 @@ impl Bus {
         let mut ids = String::new();
         for row in rows {
             let subject = self.subjects.of_topic(row.topic);
-            let mut headers =
-                crate::publish::headers_relayed(&row.msg_id, row.traceparent.as_deref());
-            if row.a2a_push {
-                headers.insert(crate::publish::A2A_PUSH_HEADER, "1");
-            }
+            let headers = crate::publish::headers_of_row(
+                &row.msg_id,
+                row.traceparent.as_deref(),
+                row.a2a_push,
+            );
             match self
                 .js
                 .publish_with_headers(subject, headers, Bytes::from(row.payload))

@@ -41,6 +41,16 @@ pub fn headers_relayed(msg_id: &str, traceparent: Option<&str>) -> HeaderMap {
     span.in_scope(|| headers(msg_id))
 }
 
+/// Headers for the message of an outbox row, whoever publishes it (the relay, or the writer
+/// that committed it): [`headers_relayed`], and [`A2A_PUSH_HEADER`] on a marked job state.
+pub fn headers_of_row(msg_id: &str, traceparent: Option<&str>, a2a_push: bool) -> HeaderMap {
+    let mut headers = headers_relayed(msg_id, traceparent);
+    if a2a_push {
+        headers.insert(A2A_PUSH_HEADER, "1");
+    }
+    headers
+}
+
 /// Headers with `Nats-Msg-Id` and a given `traceparent` (read back from a row).
 pub fn headers_traced(msg_id: &str, traceparent: Option<&str>) -> HeaderMap {
     let mut headers = HeaderMap::new();
