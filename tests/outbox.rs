@@ -1,7 +1,8 @@
-//! Events their writer publishes itself (docs/architecture.md#the-outbox): the rows a worker's
-//! claim and turns commit wait for it instead of the relay, everything else the same
-//! statements write is the relay's at once, the relay deletes what the writer says it
-//! published without publishing it again, and takes over what the writer never published.
+//! Events their writer publishes itself (docs/architecture.md#the-outbox): a worker's claim and
+//! turns leave one outbox row per statement that waits for the writer instead of a row per
+//! event for the relay, everything else the same statements write is the relay's at once, the
+//! relay deletes what the writer says it published without publishing it again, and takes
+//! over what the writer never published, rendering the same events the writer would.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,11 +37,12 @@ async fn claim(pool: &sqlx::PgPool, job_id: maestro_domain::JobId) -> claims::Cl
     claimed.pop().expect("claimed")
 }
 
-/// Outbox rows of `task_id`'s events: (msg_id, waits for its writer).
+/// Outbox rows of `task_id`'s events (one per event, or one per range of a statement's
+/// events): (msg_id, waits for its writer).
 async fn rows(pool: &sqlx::PgPool, task_id: TaskId) -> Vec<(String, bool)> {
     sqlx::query_as(
         "SELECT msg_id, relay_after IS NOT NULL FROM outbox
-          WHERE task_id = $1 AND topic = 'event' ORDER BY id",
+          WHERE task_id = $1 AND topic IN ('event', 'events') ORDER BY id",
     )
     .bind(task_id.0)
     .fetch_all(pool)
@@ -54,6 +56,22 @@ async fn relayed_now(pool: &sqlx::PgPool) -> i64 {
         .fetch_one(pool)
         .await
         .expect("outbox")
+}
+
+/// What the relay would publish for the range row `key` once its grace is over (the row is
+/// made overdue and locked in a transaction that is rolled back).
+async fn overdue(pool: &sqlx::PgPool, key: &str) -> Vec<maestro_db::outbox::OutboxRow> {
+    let mut tx = pool.begin().await.expect("begin");
+    sqlx::query("UPDATE outbox SET relay_after = now() - interval '1 second' WHERE msg_id = $1")
+        .bind(key)
+        .execute(&mut *tx)
+        .await
+        .expect("overdue");
+    let rows = maestro_db::outbox::lock_overdue(&mut tx, 100)
+        .await
+        .expect("lock");
+    tx.rollback().await.expect("rollback");
+    rows
 }
 
 fn decision(status: JobStatus) -> EventBody {
@@ -91,10 +109,9 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         running.msg_id,
         format!("event:{task_id}:{}", claimed.claim_seq)
     );
-    assert_eq!(
-        rows(pool, task_id).await,
-        vec![(running.msg_id.clone(), true)]
-    );
+    let key = maestro_domain::topic::range_key(task_id, claimed.claim_seq);
+    assert_eq!(running.outbox_key.as_ref(), Some(&key));
+    assert_eq!(rows(pool, task_id).await, vec![(key, true)]);
     assert_eq!(relayed_now(pool).await, 0);
 
     // Each kind of event a job writes: its own row waits for the writer; what else its
@@ -128,6 +145,13 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         .expect("held");
         assert_eq!(appended.direct.len(), 1, "{body:?}");
         let direct = &appended.direct[0];
+        assert_eq!(
+            direct.outbox_key,
+            Some(maestro_domain::topic::range_key(
+                task_id,
+                appended.first_seq
+            ))
+        );
         let event: Event = serde_json::from_str(&direct.payload).expect("an event");
         assert_eq!(event.seq, appended.first_seq);
         assert_eq!(event.body().expect("body"), body, "the event as stored");
@@ -143,8 +167,9 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         "every event's own row waits for its writer"
     );
 
-    // What the writer publishes is the event the outbox row holds, a tool call's link to its
-    // message (filled in by the statement) included.
+    // What the writer publishes is what the relay would publish for the statement's range row
+    // had the writer not (its events, read back from `events`), a tool call's link to its
+    // message (filled in by the statement) included. One row stands for the three events.
     let call = |message_seq| {
         EventBody::ToolCall(ToolCallEvent {
             call_id: "c1".into(),
@@ -165,16 +190,18 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         .await
         .expect("append")
         .expect("held");
-    for direct in &appended.direct {
-        let stored: serde_json::Value =
-            sqlx::query_scalar("SELECT payload FROM outbox WHERE msg_id = $1")
-                .bind(&direct.msg_id)
-                .fetch_one(pool)
-                .await
-                .expect("row");
-        let stored: Event = serde_json::from_value(stored).expect("stored event");
+    let key = maestro_domain::topic::range_key(task_id, appended.first_seq);
+    let keys: Vec<_> = appended.direct.iter().map(|d| d.outbox_key.clone()).collect();
+    assert_eq!(keys, vec![Some(key.clone()), None, None]);
+    let relayed = overdue(pool, &key).await;
+    assert_eq!(relayed.len(), appended.direct.len());
+    for (direct, relayed) in appended.direct.iter().zip(&relayed) {
+        assert_eq!(direct.msg_id, relayed.msg_id);
+        assert_eq!(direct.topic, relayed.topic);
+        assert_eq!(direct.a2a_push, relayed.a2a_push);
+        let relayed: Event = serde_json::from_value(relayed.payload.clone()).expect("event");
         let published: Event = serde_json::from_str(&direct.payload).expect("published event");
-        assert_eq!(published, stored, "{}", direct.msg_id);
+        assert_eq!(published, relayed, "{}", direct.msg_id);
     }
     let linked: Event = serde_json::from_str(&appended.direct[2].payload).expect("event");
     assert_eq!(linked.payload["message_seq"], appended.first_seq + 1);

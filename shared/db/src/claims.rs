@@ -62,7 +62,7 @@ pub struct Claimed {
     pub space_policy: Option<serde_json::Value>,
     /// Files attached to the task that are not in its workspace yet.
     pub unplaced_attachments: bool,
-    /// With [`Publish::Directly`]: the `running` event's outbox row, for the worker to
+    /// With [`Publish::Directly`]: the `running` event, for the worker to
     /// publish.
     pub running: Option<Direct>,
 }

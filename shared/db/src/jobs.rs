@@ -101,7 +101,7 @@ pub enum Publish {
 pub struct Appended {
     /// The task-wide seq of the first appended event.
     pub first_seq: i64,
-    /// With [`Publish::Directly`]: the events' outbox rows, for the writer to publish.
+    /// With [`Publish::Directly`]: the events, for the writer to publish.
     pub direct: Vec<Direct>,
 }
 

@@ -79,20 +79,41 @@ pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<Outbo
     rows.into_iter().map(Stored::parse).collect()
 }
 
-/// Lock and return rows their writer was to publish itself and has not said it did, once
-/// their grace is over (the writer stopped between its commit and its publish, or its notice
-/// was lost): the relay publishes them as any other.
+/// Lock rows their writer was to publish itself and has not said it did, once their grace is
+/// over (the writer stopped between its commit and its publish, or its notice was lost), and
+/// return what the relay publishes for them: a range row (topic `events`, migration `0022`)
+/// becomes its events, read from `events` and rendered as the trigger renders a relayed event
+/// (every one carries the range row's `id`, which [`delete`] takes).
 pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, DbError> {
     let rows = sqlx::query_as!(
         Stored,
         r#"
-        SELECT id, topic, task_id, kind, msg_id, payload, traceparent,
+        WITH o AS (
+            SELECT id, topic, task_id, kind, msg_id, payload, traceparent
+              FROM outbox
+             WHERE relay_after <= now()
+             ORDER BY id LIMIT $1 FOR UPDATE OF outbox SKIP LOCKED
+        ), published AS (
+            SELECT o.id, 'event' AS topic, e.task_id, e.kind,
+                   'event:' || e.task_id || ':' || e.seq AS msg_id, to_jsonb(e) AS payload,
+                   j.traceparent, e.seq
+              FROM o
+              JOIN events e ON o.topic = 'events' AND e.task_id = o.task_id
+                           AND e.seq BETWEEN (o.payload ->> 'first')::bigint
+                                         AND (o.payload ->> 'last')::bigint
+              LEFT JOIN jobs j ON j.id = e.job_id
+            UNION ALL
+            -- A row as 0021 wrote it: the event itself.
+            SELECT id, topic, task_id, kind, msg_id, payload, traceparent, 0
+              FROM o WHERE o.topic <> 'events'
+        )
+        SELECT id AS "id!", topic AS "topic!", task_id, kind, msg_id AS "msg_id!",
+               payload AS "payload!", traceparent,
                COALESCE(kind = 'job_state' AND EXISTS (SELECT 1 FROM a2a_push_configs c
-                                                        WHERE c.task_id = outbox.task_id), false)
+                                                        WHERE c.task_id = published.task_id), false)
                    AS "a2a_push!"
-          FROM outbox
-         WHERE relay_after <= now()
-         ORDER BY id LIMIT $1 FOR UPDATE OF outbox SKIP LOCKED
+          FROM published
+         ORDER BY id, seq
         "#,
         limit
     )
@@ -101,8 +122,9 @@ pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<Out
     rows.into_iter().map(Stored::parse).collect()
 }
 
-/// Remove rows their writer published itself (by `msg_id`; rows the relay publishes are not
-/// touched). Returns how many were removed.
+/// Remove rows their writer published itself (by `msg_id`: a range row's key,
+/// [`maestro_domain::topic::range_key`]; rows the relay publishes are not touched). Returns
+/// how many were removed.
 pub async fn forget_published(pool: &PgPool, msg_ids: &[String]) -> Result<u64, DbError> {
     let done = sqlx::query!(
         "DELETE FROM outbox WHERE relay_after IS NOT NULL AND msg_id = ANY($1)",
@@ -133,16 +155,20 @@ impl Written {
         (first_seq, first_job_seq): (i64, i32),
         events: impl Iterator<Item = (EventKind, Value)>,
     ) -> Vec<Direct> {
-        events
+        let mut events: Vec<Direct> = events
             .enumerate()
             .map(|(i, (kind, payload))| {
                 let seq = first_seq + i as i64;
                 self.event(kind, seq, first_job_seq + i as i32, payload)
             })
-            .collect()
+            .collect();
+        for later in events.iter_mut().skip(1) {
+            later.outbox_key = None;
+        }
+        events
     }
 
-    /// The outbox row of one event of this statement.
+    /// One event of this statement, the first (and only) of its range.
     pub fn event(&self, kind: EventKind, seq: i64, job_seq: i32, payload: Value) -> Direct {
         let event = Event {
             task_id: self.task_id,
@@ -163,6 +189,7 @@ impl Written {
             payload: serde_json::to_string(&event).unwrap_or_default(),
             traceparent: self.traceparent.clone(),
             a2a_push: self.a2a_push && kind == EventKind::JobState,
+            outbox_key: Some(maestro_domain::topic::range_key(self.task_id, seq)),
         }
     }
 }

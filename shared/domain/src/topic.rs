@@ -20,18 +20,29 @@ pub enum Topic {
     A2aPush,
 }
 
-/// An outbox row its writer publishes itself, right after the commit that wrote it (the
-/// job path's events; docs/architecture.md#the-outbox). The relay takes the row over only if
-/// the writer does not say it published it.
+/// An event its writer publishes itself, right after the commit that wrote it (the job
+/// path's events; docs/architecture.md#the-outbox). The statement left one outbox row per
+/// task for its events, keyed [`Direct::outbox_key`]; the relay publishes the events from
+/// `events` only if the writer does not say, by that key, that it published them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Direct {
     pub topic: Topic,
     pub msg_id: String,
-    /// The payload as the database rendered it: the JSON the relay would publish.
+    /// The event's JSON as stored: what the relay would publish.
     pub payload: String,
     pub traceparent: Option<String>,
     /// A job state event of a task with A2A push configs.
     pub a2a_push: bool,
+    /// On the first event of a statement's range of a task: the `msg_id` of the outbox row
+    /// that stands for the range ([`range_key`]), which the writer's notice names once all of
+    /// the range is published.
+    pub outbox_key: Option<String>,
+}
+
+/// The `msg_id` of the outbox row standing for the events of `task_id` a statement wrote from
+/// seq `first` on (as the outbox trigger spells it, migration `0022`).
+pub fn range_key(task_id: TaskId, first: i64) -> String {
+    format!("events:{task_id}:{first}")
 }
 
 /// What a signal on `<prefix>.signals.<task_id>.<kind>` says (docs/architecture.md#signals).

@@ -148,12 +148,13 @@ impl Bus {
         }
     }
 
-    /// Publish outbox rows the commit just made that their writer publishes itself (the job
-    /// path's events: `maestro_db::jobs::Publish::Directly`), then tell the relay which, so it
-    /// deletes them without publishing them again. The messages are sent in order before this
-    /// returns, so a writer's next commit cannot overtake them; the acknowledgements are
-    /// awaited in the background. Best effort: a row not confirmed here is published by the
-    /// relay once its grace is over (a repeat is dropped by its `Nats-Msg-Id`).
+    /// Publish the events the commit just made that their writer publishes itself (the job
+    /// path's: `maestro_db::jobs::Publish::Directly`), then tell the relay, by the keys of the
+    /// outbox rows that stand for them, so it deletes those rows without publishing the
+    /// events again. The messages are sent in order before this returns, so a writer's next
+    /// commit cannot overtake them; the acknowledgements are awaited in the background. Best
+    /// effort: events not confirmed here are published by the relay once the grace of their
+    /// row is over (a repeat is dropped by its `Nats-Msg-Id`).
     pub async fn publish_direct(&self, rows: Vec<maestro_domain::topic::Direct>) {
         if rows.is_empty() {
             return;
@@ -178,13 +179,18 @@ impl Bus {
                     return;
                 }
             }
-            if !ids.is_empty() {
-                ids.push('\n');
+            if let Some(key) = &row.outbox_key {
+                if !ids.is_empty() {
+                    ids.push('\n');
+                }
+                ids.push_str(key);
             }
-            ids.push_str(&row.msg_id);
         }
         let nats = self.nats.clone();
         let subject = self.subjects.outbox_published();
+        if ids.is_empty() {
+            return;
+        }
         tokio::spawn(async move {
             for ack in acks {
                 if let Err(e) = ack.await {
