@@ -191,7 +191,11 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         .expect("append")
         .expect("held");
     let key = maestro_domain::topic::range_key(task_id, appended.first_seq);
-    let keys: Vec<_> = appended.direct.iter().map(|d| d.outbox_key.clone()).collect();
+    let keys: Vec<_> = appended
+        .direct
+        .iter()
+        .map(|d| d.outbox_key.clone())
+        .collect();
     assert_eq!(keys, vec![Some(key.clone()), None, None]);
     let relayed = overdue(pool, &key).await;
     assert_eq!(relayed.len(), appended.direct.len());

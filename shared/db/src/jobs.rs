@@ -139,7 +139,8 @@ pub async fn append_publishing(
                    pending_interjections = pending_interjections - cardinality($11::uuid[]),
                    finished_at = CASE WHEN $5 IN ('succeeded', 'failed', 'cancelled') THEN now()
                                       ELSE finished_at END,
-                   updated_at = now()
+                   -- A turn that changes no state moves no indexed column: a HOT update.
+                   updated_at = CASE WHEN $5::text IS NULL THEN updated_at ELSE now() END
              WHERE id = $1 AND attempt = $2 AND status = 'running'
                AND ($5::text IS DISTINCT FROM 'succeeded'
                     OR pending_interjections = cardinality($11::uuid[]))
@@ -148,7 +149,9 @@ pub async fn append_publishing(
             UPDATE comments SET delivered_at = now()
               FROM j WHERE comments.id = ANY($11) AND comments.job_id = j.id
         ), t AS (
-            UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]), updated_at = now()
+            -- `updated_at` is when the task's state last changed (docs/api.md).
+            UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]),
+                             updated_at = CASE WHEN $5::text IS NULL THEN updated_at ELSE now() END
               FROM j WHERE tasks.id = j.task_id
          RETURNING tasks.id, tasks.last_seq - cardinality($3::text[]) AS base
         ), e AS (

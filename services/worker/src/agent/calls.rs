@@ -62,7 +62,8 @@ impl JobRun<'_> {
             self.journal
                 .record(MessageEvent::plain(Message::user(notice)));
         }
-        self.journal.commit(None).await?;
+        // Committed while the next LLM request goes out (the reply waits for it).
+        self.journal.send().await?;
         Ok(None)
     }
 

@@ -61,7 +61,7 @@ impl JobRun<'_> {
                 }
                 let warning = Message::user(TEXT_ONLY_WARNING);
                 self.journal.record(MessageEvent::plain(warning));
-                self.journal.commit(None).await?;
+                self.journal.send().await?;
                 continue;
             }
             text_only = 0;

@@ -3,15 +3,22 @@
 //! on), followed by what the commit announces. Interjections enter here too: as `user`
 //! messages appended after everything so far (never earlier), marked delivered by the commit
 //! that carries them.
+//!
+//! A turn's results are sent ([`Journal::send`]) rather than committed when the next step is
+//! the LLM request that carries them: the statement runs on a task of its own while the request
+//! is built and sent, and the reply is read only once the commit has answered
+//! ([`Journal::settle`], `llm.rs`). Nothing the model replies is recorded, run or committed
+//! before the results it saw are (docs/architecture.md#commits-on-the-job-path).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use maestro_db::DbError;
 use maestro_db::PgPool;
 use maestro_db::claims::Claimed;
-use maestro_db::jobs::{self, Fence, Publish, Transition};
+use maestro_db::jobs::{self, Fence, Fenced, Publish, Transition};
 use maestro_domain::event::ReplayEvent;
 use maestro_domain::{CommentKind, EventBody, Message, MessageEvent, ToolCall, ToolResultEvent};
 use maestro_messaging::payloads::DeltaFragment;
@@ -51,6 +58,8 @@ pub(super) struct Journal {
     deltas: DeltaPublisher,
     /// Task-wide seq of the last committed event.
     last_seq: i64,
+    /// A commit sent and not answered yet.
+    in_flight: Option<InFlight>,
     /// The next `gen_call_<n>` for a call the model gave no id.
     pub next_generated_id: u32,
 }
@@ -79,6 +88,7 @@ impl Journal {
             last_interjection_check: Instant::now(),
             deltas,
             last_seq: claim.claim_seq,
+            in_flight: None,
             next_generated_id: 1,
         }
     }
@@ -168,46 +178,94 @@ impl Journal {
 
     /// Commit the unsaved events (and a state change) in one statement, marking the
     /// interjections they deliver, then announce the commit. When the write is refused the
-    /// events stay unsaved.
+    /// events stay unsaved. A commit still in flight is answered first.
     pub async fn commit(&mut self, transition: Option<Transition>) -> Result<(), JobError> {
+        self.settle().await?;
         if self.unsaved.is_empty() && transition.is_none() {
             return Ok(());
         }
         let events = std::mem::take(&mut self.unsaved);
-        // The job's own events go to NATS from here, right after the commit; the relay
-        // publishes only what else the commit wrote (notices, signals), and these if this
-        // publish does not happen (docs/architecture.md#the-outbox).
-        let written = jobs::append_publishing(
-            &self.pool,
-            self.fence,
-            &events,
-            transition.as_ref(),
-            &self.delivering,
-            Publish::Directly,
-        )
-        .await?;
-        let appended = match written {
-            Ok(appended) => appended,
-            Err(fenced) => {
-                self.unsaved = events;
-                return Err(fenced.into());
-            }
-        };
-        self.bus.publish_direct(appended.direct).await;
-        let over = transition.as_ref().is_some_and(|t| t.to.is_terminal());
-        let mut after = if events.iter().any(EventBody::has_relayed_rows) {
-            AfterCommit::events()
-        } else {
-            AfterCommit::none()
-        };
-        if self.subtask && over {
-            after = after.wake_joiner();
+        let delivering = std::mem::take(&mut self.delivering);
+        let written = self
+            .writer()
+            .write(&events, transition.as_ref(), &delivering)
+            .await;
+        self.answered(Sent {
+            events,
+            delivering,
+            written,
+        })
+    }
+
+    /// Commit the unsaved events (no state change) without waiting: the statement runs, and
+    /// its events are published, on a task of its own. The next [`Self::commit`] or
+    /// [`Self::settle`] waits for its answer; the LLM request that follows takes it with
+    /// [`Self::take_in_flight`].
+    pub async fn send(&mut self) -> Result<(), JobError> {
+        // In order: a commit in flight is answered before the next is sent.
+        self.settle().await?;
+        if self.unsaved.is_empty() {
+            return Ok(());
         }
-        self.bus.after_commit(after).await;
-        self.last_seq = appended.first_seq + events.len() as i64 - 1;
-        self.deltas.committed(self.last_seq);
-        self.delivering.clear();
+        let events = std::mem::take(&mut self.unsaved);
+        let delivering = std::mem::take(&mut self.delivering);
+        let writer = self.writer();
+        self.in_flight = Some(InFlight(tokio::spawn(async move {
+            let written = writer.write(&events, None, &delivering).await;
+            Sent {
+                events,
+                delivering,
+                written,
+            }
+        })));
         Ok(())
+    }
+
+    /// Wait for the commit in flight, if any (an error is the commit's).
+    pub async fn settle(&mut self) -> Result<(), JobError> {
+        match self.in_flight.take() {
+            Some(in_flight) => self.answered(in_flight.answer().await?),
+            None => Ok(()),
+        }
+    }
+
+    /// The commit in flight, for a caller that waits for it alongside something else and then
+    /// hands its answer to [`Self::answered`].
+    pub fn take_in_flight(&mut self) -> Option<InFlight> {
+        self.in_flight.take()
+    }
+
+    /// Take in what a commit came to: the job's last seq moves on, or (refused) its events
+    /// are unsaved again, before any added since.
+    pub fn answered(&mut self, sent: Sent) -> Result<(), JobError> {
+        let Sent {
+            mut events,
+            mut delivering,
+            written,
+        } = sent;
+        match written? {
+            Ok(last_seq) => {
+                self.last_seq = last_seq;
+                self.deltas.committed(last_seq);
+                Ok(())
+            }
+            Err(fenced) => {
+                events.append(&mut self.unsaved);
+                self.unsaved = events;
+                delivering.append(&mut self.delivering);
+                self.delivering = delivering;
+                Err(fenced.into())
+            }
+        }
+    }
+
+    fn writer(&self) -> Writer {
+        Writer {
+            pool: self.pool.clone(),
+            bus: self.bus.clone(),
+            fence: self.fence,
+            subtask: self.subtask,
+        }
     }
 
     /// Deliver the interjections (and additions) waiting for this job as `user` messages,
@@ -219,6 +277,8 @@ impl Journal {
             return Ok(());
         }
         self.last_interjection_check = Instant::now();
+        // What a commit in flight delivers is not pending once it is answered.
+        self.settle().await?;
         for comment in maestro_db::comments::pending(&self.pool, self.fence.job_id).await? {
             if self.delivering.contains(&comment.id) {
                 continue;
@@ -235,5 +295,76 @@ impl Journal {
             self.delivering.push(comment.id);
         }
         Ok(())
+    }
+}
+
+/// A commit sent by [`Journal::send`].
+#[derive(Debug)]
+pub(super) struct InFlight(tokio::task::JoinHandle<Sent>);
+
+impl InFlight {
+    /// Its answer, for [`Journal::answered`].
+    pub async fn answer(self) -> Result<Sent, JobError> {
+        self.0
+            .await
+            .map_err(|e| JobError::Unavailable(format!("a commit's task failed: {e}")))
+    }
+}
+
+/// What a commit came to: the job's last seq, refused (fenced), or an error; with the events
+/// and interjections it carried.
+#[derive(Debug)]
+pub(super) struct Sent {
+    events: Vec<EventBody>,
+    delivering: Vec<uuid::Uuid>,
+    written: Result<Result<i64, Fenced>, DbError>,
+}
+
+/// What a commit needs of its job, owned so that it can run on a task of its own.
+#[derive(Debug, Clone)]
+struct Writer {
+    pool: PgPool,
+    bus: Bus,
+    fence: Fence,
+    /// A subtask's end wakes the join.
+    subtask: bool,
+}
+
+impl Writer {
+    /// One statement with the events (and the state change), then what it announces: the
+    /// job's own events go to NATS from here, right after the commit; the relay publishes only
+    /// what else the commit wrote (notices, signals), and these if this publish does not
+    /// happen (docs/architecture.md#the-outbox). The last seq the job's events took.
+    async fn write(
+        &self,
+        events: &[EventBody],
+        transition: Option<&Transition>,
+        delivering: &[uuid::Uuid],
+    ) -> Result<Result<i64, Fenced>, DbError> {
+        let written = jobs::append_publishing(
+            &self.pool,
+            self.fence,
+            events,
+            transition,
+            delivering,
+            Publish::Directly,
+        )
+        .await?;
+        let appended = match written {
+            Ok(appended) => appended,
+            Err(fenced) => return Ok(Err(fenced)),
+        };
+        self.bus.publish_direct(appended.direct).await;
+        let over = transition.is_some_and(|t| t.to.is_terminal());
+        let mut after = if events.iter().any(EventBody::has_relayed_rows) {
+            AfterCommit::events()
+        } else {
+            AfterCommit::none()
+        };
+        if self.subtask && over {
+            after = after.wake_joiner();
+        }
+        self.bus.after_commit(after).await;
+        Ok(Ok(appended.first_seq + events.len() as i64 - 1))
     }
 }

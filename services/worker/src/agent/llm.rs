@@ -57,6 +57,7 @@ impl JobRun<'_> {
     }
 
     async fn stream_llm(&mut self) -> Result<Result<Completion, Interrupt>, JobError> {
+        let in_flight = self.journal.take_in_flight();
         let request = ChatRequest {
             model: &self.model,
             tools: Some(&self.tools_json),
@@ -65,10 +66,30 @@ impl JobRun<'_> {
         let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());
         let waited = std::time::Instant::now();
         let call = LlmCallMetrics::start();
-        let started = tokio::select! {
-            started = self.shared.llm.stream_chat(request) => started,
-            _ = lost.cancelled() => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
-            _ = release.cancelled() => return Ok(Err(Interrupt::Released)),
+        // The request goes out while the commit of the results it carries (sent by the turn
+        // before) is still running; its reply is read only once that commit has answered.
+        let (sent, started) = tokio::join!(
+            async {
+                match in_flight {
+                    Some(in_flight) => Some(in_flight.answer().await),
+                    None => None,
+                }
+            },
+            async {
+                tokio::select! {
+                    started = self.shared.llm.stream_chat(request) => Start::Started(started),
+                    _ = lost.cancelled() => Start::Lost,
+                    _ = release.cancelled() => Start::Released,
+                }
+            }
+        );
+        if let Some(sent) = sent {
+            self.journal.answered(sent?)?;
+        }
+        let started = match started {
+            Start::Started(started) => started,
+            Start::Lost => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
+            Start::Released => return Ok(Err(Interrupt::Released)),
         };
         let mut stream = match started {
             Ok(stream) => stream,
@@ -113,6 +134,15 @@ impl JobRun<'_> {
         }
         Ok(Ok(completion))
     }
+}
+
+/// How the start of a streaming call ended.
+enum Start {
+    Started(Result<maestro_llm::ChatStream, LlmError>),
+    /// The job's lease was lost.
+    Lost,
+    /// The worker released the job.
+    Released,
 }
 
 /// The metrics of one streaming call: its duration, the time to its first event, its tokens.
