@@ -73,3 +73,9 @@ $$;
 -- (no new index entries) whenever the new version fits on the same page.
 ALTER TABLE jobs SET (fillfactor = 80);
 ALTER TABLE tasks SET (fillfactor = 80);
+
+-- A task's row is updated by every statement of its jobs (`last_seq`); with `updated_at` in no
+-- index, none of those updates adds index entries. The one reader of this index, A2A's
+-- ListTasks (`maestro_db::a2a::page`), counts every task of the owner that matches anyway
+-- (its `totalSize`), so it reads them all through `tasks_by_owner` and sorts the page.
+DROP INDEX tasks_by_change;

@@ -146,8 +146,13 @@ pub async fn append_publishing(
                     OR pending_interjections = cardinality($11::uuid[]))
          RETURNING id, task_id, traceparent, last_job_seq - cardinality($3::text[]) AS base
         ), c AS (
+            -- Through `comments_undelivered`, and not at all when nothing is delivered (a
+            -- generic plan otherwise scans every comment of every task).
             UPDATE comments SET delivered_at = now()
-              FROM j WHERE comments.id = ANY($11) AND comments.job_id = j.id
+              FROM j WHERE cardinality($11::uuid[]) > 0
+                       AND comments.job_id = j.id AND comments.id = ANY($11)
+                       AND comments.kind IN ('interjection', 'addition')
+                       AND comments.delivered_at IS NULL
         ), t AS (
             -- `updated_at` is when the task's state last changed (docs/api.md).
             UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]),
