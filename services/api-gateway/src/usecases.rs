@@ -202,16 +202,17 @@ fn repeated((_, stored): (JobId, Option<String>), hash: &str) -> Result<Continue
 
 /// What follows a new task's commit (REST and A2A): its `queued` event, published from here
 /// (docs/architecture.md#the-outbox), then its first job's dispatch, in that order on one
-/// connection, so no reader sees the job run before it was queued.
+/// connection, so no reader sees the job run before it was queued. `fresh`: the task works in
+/// its own workspace and brought no files (`JobDispatch::fresh`).
 pub async fn announce_new_task(
     bus: &maestro_messaging::Bus,
-    profile: &str,
+    (profile, fresh): (&str, bool),
     task_id: TaskId,
     job_id: JobId,
     queued: Vec<maestro_domain::topic::Direct>,
 ) {
     bus.publish_direct(queued).await;
-    let dispatch = maestro_messaging::payloads::JobDispatch::new_job(task_id, job_id);
+    let dispatch = maestro_messaging::payloads::JobDispatch::new_task(task_id, job_id, fresh);
     bus.after_commit(AfterCommit::none().dispatch(profile, dispatch))
         .await;
 }

@@ -72,6 +72,7 @@ fn dispatch_all<'a>(jobs: impl IntoIterator<Item = &'a ToDispatch>) -> AfterComm
             job_id: job.job_id,
             task_id: job.task_id,
             attempt: job.attempt,
+            fresh: false,
         };
         after.dispatch(&job.profile, dispatch)
     })

@@ -240,42 +240,9 @@ fn first_sentence(description: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::claim;
     use maestro_domain::piece::Catalog;
     use maestro_domain::tools::IndexEntry;
-    use maestro_domain::{JobId, TaskId};
-
-    fn claim(job_no: i32) -> Claimed {
-        Claimed {
-            job_id: JobId::new(),
-            task_id: TaskId::new(),
-            job_no,
-            attempt: 1,
-            max_attempts: 3,
-            profile: "default".into(),
-            claim_seq: 2,
-            owner: "dev".into(),
-            instruction: "Fix the bug".into(),
-            piece: "coding".into(),
-            start_movement: None,
-            model: None,
-            created_at: chrono::Utc::now(),
-            resume_movement: None,
-            resume_question: None,
-            ask_count: 0,
-            grants: Vec::new(),
-            parent_task_id: None,
-            depth: 0,
-            workspace_id: TaskId::new(),
-            task_max_attempts: 3,
-            pending_interjections: 0,
-            continued_from: None,
-            a2a: None,
-            space_id: None,
-            space_policy: None,
-            unplaced_attachments: false,
-            running: None,
-        }
-    }
 
     #[test]
     fn the_system_message_is_the_same_for_every_job_of_a_piece() {

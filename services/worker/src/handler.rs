@@ -89,8 +89,9 @@ impl Handler for JobHandler {
             return Outcome::Retry(Duration::ZERO);
         }
         // A new job's first delivery opens the job: its workspace context is read while the
-        // claim is made, not after (a hop off the path to the first LLM call).
-        let early = (dispatch.attempt == 0)
+        // claim is made, not after (a hop off the path to the first LLM call) — unless the
+        // task is new with an empty workspace of its own, which has none to read.
+        let early = (dispatch.attempt == 0 && !dispatch.fresh)
             .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
         let claimed = match self.claim(&dispatch, delivery.is_last_attempt()).await {
             Ok(claimed) => claimed,

@@ -10,6 +10,8 @@ pub mod conversation;
 pub mod deltas;
 pub mod handler;
 pub mod signals;
+#[cfg(test)]
+mod testing;
 pub mod tool_client;
 
 use std::sync::Arc;

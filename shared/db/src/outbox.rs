@@ -2,8 +2,15 @@
 //! get theirs from a trigger); the relay takes a batch under `FOR UPDATE SKIP LOCKED`,
 //! publishes it and deletes it in the same transaction, so a crash between publish and delete
 //! only re-publishes, and JetStream drops the duplicate by `msg_id`. Writers wake the relay
-//! over NATS after their commit (`maestro_messaging::publish::wake_outbox`), not with NOTIFY,
+//! over NATS after their commit (`maestro_messaging::Bus::after_commit`), not with NOTIFY,
 //! whose global lock would serialize every writing transaction.
+//!
+//! The relay's deletes commit without waiting for their WAL flush (`synchronous_commit = off`
+//! for that transaction only): what they record is that rows were published, not a fact.
+//! Should Postgres lose such a commit in a crash (at most the last few hundred milliseconds of
+//! them), the rows are there again and are published again; JetStream drops a repeat inside its
+//! duplicate window (2 minutes) by `Nats-Msg-Id`, and every reader orders by seq past it. What
+//! it saves is a flush the relay would wait for beside the job path's own commits.
 
 use chrono::{DateTime, Utc};
 use maestro_domain::topic::{Direct, Topic};
@@ -125,9 +132,15 @@ pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<Out
 /// Remove rows their writer published itself (by `msg_id`: a range row's key,
 /// [`maestro_domain::topic::range_key`]; rows the relay publishes are not touched). Returns
 /// how many were removed.
+///
+/// Committed without waiting for the flush (see the module's documentation): a delete lost in a crash only
+/// has the relay publish those events again, and the stream drops the repeat by its id.
 pub async fn forget_published(pool: &PgPool, msg_ids: &[String]) -> Result<u64, DbError> {
     let done = sqlx::query!(
-        "DELETE FROM outbox WHERE relay_after IS NOT NULL AND msg_id = ANY($1)",
+        r#"
+        WITH s AS (SELECT set_config('synchronous_commit', 'off', true))
+        DELETE FROM outbox USING s WHERE relay_after IS NOT NULL AND msg_id = ANY($1)
+        "#,
         msg_ids
     )
     .execute(pool)
@@ -194,11 +207,18 @@ impl Written {
     }
 }
 
-/// Remove published rows.
+/// Remove published rows, in the relay's transaction, which then commits without waiting for
+/// its flush (see the module's documentation).
 pub async fn delete(conn: &mut PgConnection, ids: &[i64]) -> Result<(), DbError> {
-    sqlx::query!("DELETE FROM outbox WHERE id = ANY($1)", ids)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        r#"
+        WITH s AS (SELECT set_config('synchronous_commit', 'off', true))
+        DELETE FROM outbox USING s WHERE id = ANY($1)
+        "#,
+        ids
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

@@ -228,6 +228,7 @@ mod tests {
             job_id: JobId::new(),
             task_id: TaskId::new(),
             attempt: 0,
+            fresh: false,
         };
         let after = AfterCommit::events()
             .dispatch("default", job)

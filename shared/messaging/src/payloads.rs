@@ -15,6 +15,11 @@ pub struct JobDispatch {
     pub task_id: TaskId,
     /// The job's claim count when it was dispatched.
     pub attempt: i32,
+    /// A hint from the writer: the first job of a new task that has its own, empty workspace
+    /// (no space, no attachments), so the worker need not read the workspace's context while
+    /// it claims the job. The claim decides (`maestro_worker::agent::catalog`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh: bool,
 }
 
 impl JobDispatch {
@@ -24,6 +29,16 @@ impl JobDispatch {
             job_id,
             task_id,
             attempt: 0,
+            fresh: false,
+        }
+    }
+
+    /// The dispatch of a new task's first job; `fresh` when its workspace is its own and
+    /// empty ([`JobDispatch::fresh`]).
+    pub fn new_task(task_id: TaskId, job_id: JobId, fresh: bool) -> Self {
+        Self {
+            fresh,
+            ..Self::new_job(task_id, job_id)
         }
     }
 

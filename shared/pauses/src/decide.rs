@@ -103,6 +103,7 @@ pub async fn decide(pool: &PgPool, request: Request<'_>) -> Result<Decided, DbEr
             job_id: job.id,
             task_id: request.task_id,
             attempt: job.attempt,
+            fresh: false,
         };
         AfterCommit::events().dispatch(&job.profile, dispatch)
     } else {

@@ -249,8 +249,15 @@ async fn create(
     };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created over A2A");
     maestro_runtime::metrics::task_created("a2a");
-    crate::usecases::announce_new_task(&ctx.state.bus, &valid.profile, task_id, job_id, queued)
-        .await;
+    let fresh = valid.space.is_none();
+    crate::usecases::announce_new_task(
+        &ctx.state.bus,
+        (&valid.profile, fresh),
+        task_id,
+        job_id,
+        queued,
+    )
+    .await;
     Ok(task_id)
 }
 

@@ -224,7 +224,15 @@ pub async fn create(
     };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");
     maestro_runtime::metrics::task_created("rest");
-    crate::usecases::announce_new_task(&state.bus, &valid.profile, task_id, job_id, queued).await;
+    let fresh = valid.space.is_none() && attachments.is_empty();
+    crate::usecases::announce_new_task(
+        &state.bus,
+        (&valid.profile, fresh),
+        task_id,
+        job_id,
+        queued,
+    )
+    .await;
     Ok((StatusCode::CREATED, Json(Task::new(task))).into_response())
 }
 

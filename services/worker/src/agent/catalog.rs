@@ -105,8 +105,12 @@ impl EarlyContext {
         }
     }
 
-    /// The context `claim` opens with: the early read's when it was of the claim's workspace.
+    /// The context `claim` opens with: none when the workspace cannot hold anything yet
+    /// ([`untouched`]), else the early read's when it was of the claim's workspace.
     pub async fn take(early: Option<Self>, shared: &Shared, claim: &Claimed) -> WorkspaceContext {
+        if untouched(claim) {
+            return WorkspaceContext::default();
+        }
         match early {
             // A space's task reads again once its worktree is ready (and under the space's
             // own policy, which may not let the job read what the early read did).
@@ -118,6 +122,19 @@ impl EarlyContext {
             _ => workspace_context(shared, claim.workspace_id, claim.job_id).await,
         }
     }
+}
+
+/// Whether the claimed job's workspace cannot hold anything yet: the first claim of a task's
+/// first job, in a workspace of its own (not a subtask's parent's, not a space's worktree),
+/// with no files attached. Nothing but that task's jobs writes there, and none has run, so
+/// its context is empty without asking the tool-runner.
+pub fn untouched(claim: &Claimed) -> bool {
+    claim.attempt == 1
+        && claim.job_no == 1
+        && claim.continued_from.is_none()
+        && claim.workspace_id == claim.task_id
+        && claim.space_id.is_none()
+        && !claim.unplaced_attachments
 }
 
 /// A read nobody takes (the claim failed, or the job resumes) is stopped.
@@ -219,4 +236,40 @@ pub async fn forget_listing(
         .lock()
         .await
         .retain(|key, _| key != server && !key.starts_with(&owned));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::claim;
+
+    #[test]
+    fn only_a_new_tasks_first_claim_in_its_own_empty_workspace_is_untouched() {
+        let own = || {
+            let mut claim = claim(1);
+            claim.workspace_id = claim.task_id;
+            claim
+        };
+        assert!(untouched(&own()));
+        let cases: [(&str, fn(&mut Claimed)); 6] = [
+            ("a second claim (an earlier attempt ran)", |c| c.attempt = 2),
+            ("a later job", |c| c.job_no = 2),
+            ("a Continue", |c| {
+                c.continued_from = Some(maestro_domain::JobId::new())
+            }),
+            ("a subtask in its parent's workspace", |c| {
+                c.workspace_id = maestro_domain::TaskId::new()
+            }),
+            ("a space's worktree", |c| {
+                c.space_id = Some(maestro_domain::SpaceId(uuid::Uuid::now_v7()))
+            }),
+            ("files to place", |c| c.unplaced_attachments = true),
+        ];
+        for (case, change) in cases {
+            let mut claim = own();
+            change(&mut claim);
+            assert!(!untouched(&claim), "{case}");
+        }
+        assert!(!untouched(&claim(1)), "another task's workspace");
+    }
 }
