@@ -251,7 +251,8 @@ mod tests {
             claim
         };
         assert!(untouched(&own()));
-        let cases: [(&str, fn(&mut Claimed)); 6] = [
+        type Change = fn(&mut Claimed);
+        let cases: [(&str, Change); 6] = [
             ("a second claim (an earlier attempt ran)", |c| c.attempt = 2),
             ("a later job", |c| c.job_no = 2),
             ("a Continue", |c| {
