@@ -84,6 +84,7 @@ impl Handler for JobHandler {
             Ok(dispatch) => dispatch,
             Err(e) => return Outcome::Poison(format!("malformed dispatch: {e}")),
         };
+        tracing::debug!(job_id = %dispatch.job_id, "dispatch received");
         if self.deps.release.is_cancelled() {
             // Shutting down: leave the job to another worker at once.
             return Outcome::Retry(Duration::ZERO);

@@ -106,5 +106,77 @@ async fn nats(url: &str) -> anyhow::Result<()> {
     })
     .await?;
     js.delete_stream(stream).await?;
+    pull_delivery(url, &js).await
+}
+
+/// A work-queue publish to a waiting pull request (as a job's dispatch reaches a worker),
+/// after `idle` without traffic (concurrency 1 leaves every process idle between jobs), from a
+/// second connection as the gateway's is.
+async fn pull_delivery(url: &str, js: &async_nats::jetstream::Context) -> anyhow::Result<()> {
+    use async_nats::jetstream::{consumer, stream};
+    let name = "LATENCY_QUEUE";
+    let _ = js.delete_stream(name).await;
+    let queue = js
+        .create_stream(stream::Config {
+            name: name.to_owned(),
+            subjects: vec!["latency.queue".to_owned()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await?;
+    let consumer = queue
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("probe".to_owned()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await?;
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut batch) = consumer
+                .batch()
+                .max_messages(32)
+                .expires(Duration::from_secs(1))
+                .messages()
+                .await
+            else {
+                return;
+            };
+            while let Some(Ok(message)) = batch.next().await {
+                let at = Instant::now();
+                let _ = message.ack().await;
+                if sent.send(at).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let publisher = async_nats::jetstream::new(async_nats::connect(url).await?);
+    for idle in [Duration::ZERO, Duration::from_millis(10)] {
+        let mut samples = Vec::new();
+        for _ in 0..300 {
+            tokio::time::sleep(idle).await;
+            let started = Instant::now();
+            publisher.publish("latency.queue", "x".into()).await?;
+            let at = received
+                .recv()
+                .await
+                .ok_or_else(|| anyhow::anyhow!("the pull ended"))?;
+            samples.push(at - started);
+        }
+        samples.sort();
+        let at = |p: f64| {
+            samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)].as_secs_f64()
+                * 1e3
+        };
+        println!(
+            "work-queue publish -> pull delivery, {} ms idle before each: p50 {:.3} ms, p99 {:.3} ms",
+            idle.as_millis(),
+            at(0.5),
+            at(0.99)
+        );
+    }
+    js.delete_stream(name).await?;
     Ok(())
 }

@@ -45,14 +45,42 @@ fn unix_us() -> i64 {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let options = StackOptions::new(crate::reference::scenario())
-        .env("RUST_LOG", "info,sqlx::query=debug")
+        .env(
+            "RUST_LOG",
+            "info,sqlx::query=debug,maestro_worker::handler=debug",
+        )
         .env("RELAY_POLL_MS", "1000");
     let mut stack = Stack::spawn(options).await?;
     let nats = stack.nats.client().await?;
-    let mut events = nats
+    let mut subscription = nats
         .subscribe(format!("{}.events.*.job_state", stack.prefix))
         .await?;
     nats.flush().await?;
+    // When each dispatch passes through the server (a core subscriber of the work queue's
+    // subjects gets it as it is published, before JetStream hands it to a worker).
+    let mut dispatches = nats
+        .subscribe(format!("{}.jobs.dispatch.>", stack.prefix))
+        .await?;
+    nats.flush().await?;
+    let seen_dispatches = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = seen_dispatches.clone();
+    tokio::spawn(async move {
+        while dispatches.next().await.is_some() {
+            seen.lock().expect("lock").push(unix_us());
+        }
+    });
+    // Each state change with the time it arrived (read at once, not when the loop gets to it).
+    let (arrived, mut events) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(message) = subscription.next().await {
+            let at = unix_us();
+            if let Ok(event) = serde_json::from_slice::<Value>(&message.payload)
+                && arrived.send((at, event)).is_err()
+            {
+                return;
+            }
+        }
+    });
 
     let mut window = (0, 0);
     let mut client = Vec::new();
@@ -66,10 +94,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         client.push((unix_us(), "201 Created received".to_owned()));
         let id = task.id().to_string();
         let done = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(message) = events.next().await {
-                let event: Value = serde_json::from_slice(&message.payload)?;
-                if event["task_id"] == id.as_str() && event["payload"]["status"] == "succeeded" {
-                    return Ok(unix_us());
+            while let Some((at, event)) = events.recv().await {
+                if event["task_id"] != id.as_str() {
+                    continue;
+                }
+                match event["payload"]["status"].as_str() {
+                    Some("succeeded") => return Ok(at),
+                    Some(status) => client.push((at, format!("`{status}` event received"))),
+                    None => {}
                 }
             }
             anyhow::bail!("the events subscription ended")
@@ -82,6 +114,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Let the last lines reach the logs.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
+    let dispatched = seen_dispatches.lock().expect("lock").clone();
+    client.extend(
+        dispatched
+            .into_iter()
+            .map(|at| (at, "dispatch passes through NATS".to_owned())),
+    );
     let mut marks: Vec<Mark> = client
         .into_iter()
         .map(|(at_us, what)| Mark {
