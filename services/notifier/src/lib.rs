@@ -30,6 +30,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         max_ack_pending: 1000,
     };
     let states = setup::job_state_consumer(js, subjects, &events_settings).await?;
+    // Job states reach the notifier as copies on their own subject now (only those of tasks
+    // with A2A push configs), not from every `job_state` event of the events stream.
+    setup::retire_consumer(js, subjects, setup::EVENTS, "notifier_job_states").await?;
     // Decisions' notices are recorded with the decision now (before, this consumer did it).
     setup::retire_consumer(js, subjects, setup::SIGNALS, "notifier_decisions").await?;
     let hook_settings = ConsumerSettings {

@@ -1,8 +1,9 @@
 //! Job state changes → A2A push notifications (`crate::a2a_push`). A task's notifications
 //! themselves (the inbox row, its webhook deliveries and their outbox rows) are written by the
 //! statement that changes the task's state (migration `20261201000015`); what is left here is
-//! queuing the A2A pushes of a `job_state` event the relay marked as an event of a task with
-//! push configs. A redelivered event queues each push once.
+//! queuing the A2A pushes of a `job_state` event of a task with push configs, which its
+//! publisher (the writer or the relay) copies to `<p>.webhooks.a2a_states` for this. A
+//! redelivered event queues each push once.
 
 use maestro_db::PgPool;
 use maestro_domain::{Event, EventBody};
@@ -36,7 +37,7 @@ impl Handler for JobStateHandler {
     }
 
     async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
-        crate::record_dead_letter(&self.pool, "notifier_job_states", delivery, reason).await;
+        crate::record_dead_letter(&self.pool, "notifier_a2a_states", delivery, reason).await;
     }
 }
 

@@ -18,7 +18,6 @@ use futures::future::try_join_all;
 use maestro_db::PgPool;
 use maestro_db::outbox::{self, OutboxRow};
 use maestro_messaging::Bus;
-use maestro_messaging::publish::headers_of_row;
 use tokio_util::sync::CancellationToken;
 
 /// How long the notices of published rows are gathered into one delete.
@@ -150,15 +149,18 @@ impl Relay {
     async fn publish(&self, rows: &[OutboxRow]) -> anyhow::Result<()> {
         let mut acks = Vec::with_capacity(rows.len());
         for row in rows {
-            let subject = self.bus.subjects.of_topic(row.topic);
-            let headers = headers_of_row(&row.msg_id, row.traceparent.as_deref(), row.a2a_push);
             let payload = Bytes::from(serde_json::to_vec(&row.payload)?);
-            acks.push(
-                self.bus
-                    .js
-                    .publish_with_headers(subject, headers, payload)
-                    .await?,
-            );
+            let sent = self
+                .bus
+                .send_row(
+                    row.topic,
+                    &row.msg_id,
+                    row.traceparent.as_deref(),
+                    row.a2a_push,
+                    payload,
+                )
+                .await?;
+            acks.extend(sent);
         }
         try_join_all(acks.into_iter().map(std::future::IntoFuture::into_future)).await?;
         Ok(())

@@ -11,6 +11,7 @@
 //! written with the change (`<p>.signals.<task>.<kind>`, docs/architecture.md#signals).
 
 use async_nats::jetstream;
+use async_nats::jetstream::context::PublishAckFuture;
 use bytes::Bytes;
 use maestro_domain::{JobId, TaskId};
 
@@ -162,18 +163,17 @@ impl Bus {
         let mut acks = Vec::with_capacity(rows.len());
         let mut ids = String::new();
         for row in rows {
-            let subject = self.subjects.of_topic(row.topic);
-            let headers = crate::publish::headers_of_row(
-                &row.msg_id,
-                row.traceparent.as_deref(),
-                row.a2a_push,
-            );
-            match self
-                .js
-                .publish_with_headers(subject, headers, Bytes::from(row.payload))
-                .await
-            {
-                Ok(ack) => acks.push(ack),
+            let sent = self
+                .send_row(
+                    row.topic,
+                    &row.msg_id,
+                    row.traceparent.as_deref(),
+                    row.a2a_push,
+                    Bytes::from(row.payload),
+                )
+                .await;
+            match sent {
+                Ok(sent) => acks.extend(sent),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot publish committed events; the relay will");
                     return;
@@ -202,6 +202,33 @@ impl Bus {
                 tracing::warn!(error = %e, "cannot tell the relay what was published; it will publish it again");
             }
         });
+    }
+
+    /// Send the message of an outbox row, whoever publishes it (the relay, or the writer that
+    /// committed it), without waiting for the stream: on its topic's subject with
+    /// [`crate::publish::headers_of_row`], and a job state event of a task with A2A push
+    /// configs also as a copy on `<p>.webhooks.a2a_states`, the notifier's (`Nats-Msg-Id`
+    /// `a2a:<msg_id>`). The acknowledgements to await.
+    pub async fn send_row(
+        &self,
+        topic: maestro_domain::topic::Topic,
+        msg_id: &str,
+        traceparent: Option<&str>,
+        a2a_push: bool,
+        payload: Bytes,
+    ) -> Result<Vec<PublishAckFuture>, crate::publish::PublishError> {
+        let subject = self.subjects.of_topic(topic);
+        let headers = crate::publish::headers_of_row(msg_id, traceparent, a2a_push);
+        let mut acks = Vec::with_capacity(1 + usize::from(a2a_push));
+        let copy = a2a_push.then(|| payload.clone());
+        acks.push(crate::publish::start(&self.js, subject, headers, payload).await?);
+        if let Some(copy) = copy {
+            let headers =
+                crate::publish::headers_of_row(&format!("a2a:{msg_id}"), traceparent, true);
+            let to = self.subjects.a2a_states();
+            acks.push(crate::publish::start(&self.js, to, headers, copy).await?);
+        }
+        Ok(acks)
     }
 
     /// A core NATS message, fire and forget.

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
-use maestro_domain::EventKind;
 
 use crate::subjects::Subjects;
 
@@ -115,7 +114,11 @@ pub async fn ensure_streams(
         },
         stream::Config {
             name: subjects.stream(WEBHOOKS),
-            subjects: vec![subjects.webhook_deliver(), subjects.a2a_push()],
+            subjects: vec![
+                subjects.webhook_deliver(),
+                subjects.a2a_push(),
+                subjects.a2a_states(),
+            ],
             retention: stream::RetentionPolicy::WorkQueue,
             duplicate_window: settings.duplicate_window,
             ..Default::default()
@@ -268,18 +271,19 @@ pub async fn jobs_consumer(
     .await
 }
 
-/// The durable consumer the notifier reads job state changes from (to queue A2A pushes).
+/// The durable consumer the notifier reads the job state changes of tasks with A2A push
+/// configs from (to queue their pushes): the copies on `<p>.webhooks.a2a_states`. It replaced
+/// `notifier_job_states`, which read every `job_state` event of `<P>_EVENTS` to act on few.
 pub async fn job_state_consumer(
     js: &jetstream::Context,
     subjects: &Subjects,
     settings: &ConsumerSettings,
 ) -> Result<consumer::PullConsumer, SetupError> {
-    let filter = subjects.events_of_kind(EventKind::JobState);
     ensure_consumer(
         js,
-        &subjects.stream(EVENTS),
-        "notifier_job_states",
-        filter,
+        &subjects.stream(WEBHOOKS),
+        "notifier_a2a_states",
+        subjects.a2a_states(),
         settings,
     )
     .await

@@ -18,6 +18,7 @@
 //! | `<p>.notify.<type>` | notifications such as `task.succeeded` (stream `<P>_NOTIFY`) |
 //! | `<p>.webhooks.deliver` | webhook deliveries to attempt (work queue, stream `<P>_WEBHOOKS`) |
 //! | `<p>.webhooks.a2a` | A2A push notification deliveries to attempt (same stream) |
+//! | `<p>.webhooks.a2a_states` | job state events of tasks with A2A push configs, for the notifier to queue their pushes (same stream) |
 //! | `<p>.a2a.rpc` | A2A JSON-RPC requests, request/reply to the gateway (core NATS) |
 
 use maestro_domain::notification::NotificationType;
@@ -201,6 +202,12 @@ impl Subjects {
     /// `<p>.webhooks.a2a`: A2A push notification deliveries to attempt.
     pub fn a2a_push(&self) -> String {
         format!("{}.webhooks.a2a", self.prefix)
+    }
+
+    /// `<p>.webhooks.a2a_states`: a copy of each `job_state` event of a task with A2A push
+    /// configs, published beside the event, so the notifier hears only those.
+    pub fn a2a_states(&self) -> String {
+        format!("{}.webhooks.a2a_states", self.prefix)
     }
 
     /// Stream name for a role: `MAESTRO_JOBS`, `MAESTRO_EVENTS`, ...
