@@ -1,0 +1,43 @@
+-- The worker's append statement (shared/db/src/jobs.rs, append_publishing) with one turn's
+-- events; gen.py fills in $KINDS, $PAYLOADS and $TO.
+WITH j AS (
+    UPDATE jobs
+       SET last_job_seq = last_job_seq + cardinality($KINDS),
+           status = COALESCE($TO, status),
+           wait_reason = CASE WHEN $TO IS NULL THEN wait_reason ELSE NULL END,
+           result = COALESCE(NULL::text, result),
+           error = COALESCE(NULL::text, error),
+           branch = COALESCE(NULL::text, branch),
+           next_retry_at = CASE WHEN $TO IS NULL THEN next_retry_at ELSE NULL END,
+           lease_expires_at = CASE WHEN $TO IS NULL THEN lease_expires_at END,
+           max_attempts = max_attempts + 0,
+           pending_interjections = pending_interjections - 0,
+           finished_at = CASE WHEN $TO IN ('succeeded', 'failed', 'cancelled') THEN now() ELSE finished_at END,
+           updated_at = CASE WHEN $TO IS NULL THEN updated_at ELSE now() END
+     WHERE id = :jid::uuid AND attempt = 1 AND status = 'running'
+       AND ($TO IS DISTINCT FROM 'succeeded' OR pending_interjections = 0)
+ RETURNING id, task_id, traceparent, last_job_seq - cardinality($KINDS) AS base
+), c AS (
+    UPDATE comments SET delivered_at = now()
+      FROM j WHERE cardinality('{}'::uuid[]) > 0
+               AND comments.job_id = j.id AND comments.id = ANY('{}'::uuid[])
+               AND comments.kind IN ('interjection', 'addition') AND comments.delivered_at IS NULL
+), t AS (
+    UPDATE tasks SET last_seq = last_seq + cardinality($KINDS),
+                     updated_at = CASE WHEN $TO IS NULL THEN updated_at ELSE now() END
+      FROM j WHERE tasks.id = j.task_id
+ RETURNING tasks.id, tasks.last_seq - cardinality($KINDS) AS base
+), e AS (
+    INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+    SELECT t.id, t.base + x.ord, j.id, j.base + x.ord, x.kind,
+           CASE WHEN x.kind = 'tool_call' THEN x.payload || jsonb_build_object(
+                    'message_seq', COALESCE(
+                        t.base + (SELECT max(m.ord) FROM unnest($KINDS) WITH ORDINALITY AS m(kind, ord)
+                                   WHERE m.kind = 'message' AND m.ord < x.ord),
+                        (x.payload ->> 'message_seq')::bigint))
+                ELSE x.payload END
+      FROM j, t, unnest($KINDS, $PAYLOADS) WITH ORDINALITY AS x(kind, payload, ord)
+), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace)
+SELECT t.base, j.base AS job_base, t.id, j.traceparent, now(),
+       d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c WHERE c.task_id = t.id) AS a2a_push
+  FROM t, j, d;

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Write job.sql: one reference job's statements as the services send them (the gateway's
+create, the worker's claim and two turns, the relay's deletes), as a pgbench script."""
+import json
+import pathlib
+
+HERE = pathlib.Path(__file__).parent
+
+
+def lit(s):
+    return "'" + s.replace("'", "''") + "'"
+
+
+def kinds(ks):
+    return "ARRAY[" + ",".join(lit(k) for k in ks) + "]::text[]"
+
+
+def payloads(ps):
+    return "ARRAY[" + ",".join(lit(json.dumps(p)) + "::jsonb" for p in ps) + "]"
+
+
+SYSTEM = {"role": "system", "content": "You are MAESTRO, an agent that carries out a user's task "
+          "step by step with tools.\n" + "Rules: act through the tools you are given. Read before "
+          "you change something, and check your work. " * 22}
+USER = {"role": "user", "content": "<context>\ntime: 2026-12-02T09:49:40Z\ntask: 01a23628\njob: 1\n"
+        "</context>\n\n<instruction>\njob 812\n</instruction>"}
+
+
+def assistant(prompt, cached, text, name, arguments, call):
+    return {"role": "assistant", "model": "scripted",
+            "usage": {"promptTokens": prompt, "completionTokens": 5, "cachedPromptTokens": cached},
+            "content": text, "tool_calls": [{"id": call, "type": "function",
+                                             "function": {"name": name, "arguments": arguments}}],
+            "finish_reason": "tool_calls"}
+
+
+TURN1 = (["movement", "message", "message", "message", "tool_call", "tool_result"], [
+    {"name": "work", "piece": "chat"}, SYSTEM, USER,
+    assistant(1978, 0, "Looking.", "list_files", "{}", "call_0_0"),
+    {"name": "list_files", "call_id": "call_0_0", "arguments": "{}", "message_seq": None},
+    {"name": "list_files", "call_id": "call_0_0", "content": "(nothing)", "is_error": False}])
+TURN2 = (["message", "tool_call", "tool_result", "job_state"], [
+    assistant(2030, 1978, "Done.", "complete", '{"result":"ok"}', "call_1_0"),
+    {"name": "complete", "call_id": "call_1_0", "arguments": '{"result":"ok"}', "message_seq": None},
+    {"name": "complete", "call_id": "call_1_0", "content": "ok", "is_error": False},
+    {"result": "ok", "status": "succeeded", "attempt": 1}])
+
+CREATE = """SELECT gen_random_uuid() AS tid, gen_random_uuid() AS jid, gen_random_uuid() AS cid \\gset
+WITH task AS (
+    INSERT INTO tasks (id, owner, instruction, piece, model, idempotency_key, request_hash, last_seq,
+                       job_count, start_movement, max_attempts, context_id, profile, space_id, visibility)
+    VALUES (:tid::uuid, 'bench', 'job 812', 'chat', NULL, NULL, NULL, 1, 1, NULL, 3, NULL, 'default',
+            NULL, 'private')
+    ON CONFLICT (owner, idempotency_key) DO NOTHING RETURNING id, created_at
+), comment AS (
+    INSERT INTO comments (id, task_id, author, kind, body, job_id, message_id)
+    SELECT :cid::uuid, task.id, 'bench', 'instruction', 'job 812', :jid::uuid, NULL FROM task
+), job AS (
+    INSERT INTO jobs (id, task_id, job_no, status, profile, max_attempts, last_job_seq)
+    SELECT :jid::uuid, task.id, 1, 'queued', 'default', 3, 1 FROM task RETURNING id, task_id
+), event AS (
+    INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+    SELECT job.task_id, 1, job.id, 1, 'job_state', '{"status": "queued", "attempt": 0}' FROM job
+), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace)
+SELECT task.created_at, d.grace <> '' AS direct FROM task, d;
+"""
+
+# The writers' notices name each statement's range row; the relay deletes them, and publishes
+# and deletes the task's notice (both with asynchronous commits).
+FORGET = """WITH s AS (SELECT set_config('synchronous_commit', 'off', true))
+DELETE FROM outbox USING s WHERE relay_after IS NOT NULL
+   AND msg_id = ANY(ARRAY(SELECT 'events:' || :tid::text || ':' || f FROM unnest(ARRAY[1, 2, 3, 9]) f));
+WITH s AS (SELECT set_config('synchronous_commit', 'off', true))
+DELETE FROM outbox USING s WHERE id IN (SELECT id FROM outbox WHERE relay_after IS NULL
+                                          ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED);
+"""
+
+
+def append(turn, to):
+    template = (HERE / "append.sql").read_text()
+    return (template.replace("$KINDS", kinds(turn[0])).replace("$PAYLOADS", payloads(turn[1]))
+            .replace("$TO", to))
+
+
+script = (CREATE + (HERE / "claim.sql").read_text() + append(TURN1, "NULL::text")
+          + append(TURN2, "'succeeded'::text") + FORGET)
+(HERE / "job.sql").write_text(script)
