@@ -102,8 +102,15 @@ pub fn init(settings: &TelemetrySettings) -> TelemetryGuard {
     }
     let provider = builder.build();
     opentelemetry::global::set_tracer_provider(provider.clone());
+    // Entering a span does nothing here: no busy/idle clock reads and no OpenTelemetry context
+    // attached on every poll of every instrumented future (an SSE body's span is entered once
+    // per frame: 6-8 % of the gateway's CPU with 1,000 streaming clients). Propagation reads the
+    // span's own context (`OpenTelemetrySpanExt::context`), never the attached one.
     let otel = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer(settings.service.clone()))
+        .with_tracked_inactivity(false)
+        .with_context_activation(false)
+        .with_threads(false)
         .with_filter(traces_filter);
     tracing_subscriber::registry().with(fmt).with(otel).init();
     TelemetryGuard {
