@@ -3,23 +3,58 @@
 //! (`stream.rs`) through a broadcast channel. The hub lives while a client does; the last one
 //! to leave ends its subscriptions.
 //!
+//! The hub parses each message once for all of its clients, and an item keeps what a client's
+//! renderer makes of it when that depends on the item alone (`Shared::rendered`), so 1,000
+//! clients of a task share one parse and one rendering of each delta instead of each doing both.
+//!
 //! A client that falls more than `SSE_HUB_BACKLOG` items behind is told it lagged, and fills
 //! the gap from the durable sources (Postgres, the deltas stream), as it does for any gap.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use bytes::Bytes;
+use axum::response::sse::Event as SseEvent;
 use futures::StreamExt;
-use maestro_domain::TaskId;
+use maestro_domain::{Event, TaskId};
 use maestro_messaging::Bus;
+use maestro_messaging::payloads::Delta;
 use tokio::sync::broadcast;
 
-/// What the task's live subjects carry.
+/// What the task's live subjects carry, parsed.
 #[derive(Debug, Clone)]
 pub enum Item {
-    Event(Bytes),
-    Delta(Bytes),
+    Event(Arc<Shared<Event>>),
+    Delta(Arc<Shared<Delta>>),
+}
+
+/// One live item as every client of the hub sees it.
+#[derive(Debug)]
+pub struct Shared<T> {
+    pub value: T,
+    /// The SSE events it renders as, for the task's creator (`[1]`) and for its other readers
+    /// (`[0]`; `Event::for_reader`), by a renderer whose output depends on nothing else.
+    rendered: [OnceLock<Vec<SseEvent>>; 2],
+}
+
+impl<T> Shared<T> {
+    fn new(value: T) -> Arc<Self> {
+        Arc::new(Self {
+            value,
+            rendered: Default::default(),
+        })
+    }
+
+    /// What `render` makes of the item for a creator (or not): rendered by the first client
+    /// that asks, copied for the others. `render` must depend on the item and `creator` only.
+    pub fn rendered(
+        &self,
+        creator: bool,
+        render: impl FnOnce(&T) -> Vec<SseEvent>,
+    ) -> Vec<SseEvent> {
+        self.rendered[usize::from(creator)]
+            .get_or_init(|| render(&self.value))
+            .clone()
+    }
 }
 
 /// The gateway's hubs, by task.
@@ -107,12 +142,18 @@ impl Hub {
                 // Biased, deltas before events: a message's deltas go out before its event
                 // (the worker publishes them before it commits), or the event would make them
                 // stale and clients would miss the end of the live text.
+                // What does not parse is dropped here, as each client would skip it.
                 let item = tokio::select! {
                     biased;
-                    Some(message) = deltas.next() => Item::Delta(message.payload),
-                    Some(message) = events.next() => Item::Event(message.payload),
+                    Some(message) = deltas.next() => serde_json::from_slice(&message.payload)
+                        .ok()
+                        .map(|delta| Item::Delta(Shared::new(delta))),
+                    Some(message) = events.next() => serde_json::from_slice(&message.payload)
+                        .ok()
+                        .map(|event| Item::Event(Shared::new(event))),
                     else => return,
                 };
+                let Some(item) = item else { continue };
                 // No receiver right now is fine: the hub is being left or joined.
                 let _ = out.send(item);
             }

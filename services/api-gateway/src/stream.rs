@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use maestro_domain::{Event, StreamId, TaskId};
 use maestro_messaging::payloads::Delta;
 use maestro_messaging::setup::DELTAS;
@@ -22,7 +23,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
-use crate::fanout::{Feed, Item};
+use crate::fanout::{Feed, Item, Shared};
 use crate::state::AppState;
 
 /// Events read from Postgres per query while catching up.
@@ -53,6 +54,20 @@ pub trait Render: Send + 'static {
     fn event(&mut self, event: &Event) -> Vec<SseEvent>;
     /// The SSE events for a live delta.
     fn delta(&mut self, id: StreamId, delta: &Delta) -> Vec<SseEvent>;
+    /// The SSE events for an event of the task's hub, which its other clients get too (for
+    /// the creator or not, see [`open`]): a renderer whose output depends on the event alone
+    /// shares it with them (`Shared::rendered`).
+    fn live_event(&mut self, event: &Shared<Event>, creator: bool) -> Vec<SseEvent> {
+        if creator {
+            self.event(&event.value)
+        } else {
+            self.event(&event.value.clone().for_reader(false))
+        }
+    }
+    /// The SSE events for a delta of the task's hub, likewise.
+    fn live_delta(&mut self, id: StreamId, delta: &Shared<Delta>) -> Vec<SseEvent> {
+        self.delta(id, &delta.value)
+    }
     /// The stream has said all it will: close it.
     fn done(&self) -> bool {
         false
@@ -156,8 +171,8 @@ impl<R: Render> Pump<R> {
                 _ = self.tx.closed() => return,
                 _ = shutdown.cancelled() => return,
                 item = feed.items.recv() => match item {
-                    Ok(Item::Delta(payload)) => self.on_delta(&payload).await,
-                    Ok(Item::Event(payload)) => self.on_event(&payload).await,
+                    Ok(Item::Delta(delta)) => self.on_delta(&delta).await,
+                    Ok(Item::Event(event)) => self.on_event(&event).await,
                     // Fell behind the hub: whatever was missed is in Postgres and the deltas
                     // stream (the last event may be among it, with nothing after to show the
                     // gap, so fill it now).
@@ -179,23 +194,20 @@ impl<R: Render> Pump<R> {
         self.replay_deltas(Missing::Some).await
     }
 
-    async fn on_event(&mut self, payload: &[u8]) -> Result<(), Gone> {
-        let Ok(event) = serde_json::from_slice::<Event>(payload) else {
-            return Ok(());
-        };
-        if event.seq <= self.last.seq {
+    async fn on_event(&mut self, shared: &Shared<Event>) -> Result<(), Gone> {
+        let seq = shared.value.seq;
+        if seq <= self.last.seq {
             return Ok(());
         }
-        if event.seq > self.last.seq + 1 {
-            self.catch_up(event.seq - 1).await?;
+        if seq > self.last.seq + 1 {
+            self.catch_up(seq - 1).await?;
         }
-        self.send_event(&event).await
+        let items = self.render.live_event(shared, self.creator);
+        self.send(StreamId::event(seq), items).await
     }
 
-    async fn on_delta(&mut self, payload: &[u8]) -> Result<(), Gone> {
-        let Ok(delta) = serde_json::from_slice::<Delta>(payload) else {
-            return Ok(());
-        };
+    async fn on_delta(&mut self, shared: &Shared<Delta>) -> Result<(), Gone> {
+        let delta = &shared.value;
         let Some(id) = delta.stream_id() else {
             return Ok(());
         };
@@ -216,12 +228,20 @@ impl<R: Render> Pump<R> {
             // the whole text in any case.
             return Ok(());
         }
-        let items = self.render.delta(id, &delta);
+        let items = self.render.live_delta(id, shared);
         self.send(id, items).await
     }
 
     /// Send every persisted event with `last.seq < seq <= upto`.
-    async fn catch_up(&mut self, upto: i64) -> Result<(), Gone> {
+    ///
+    /// This and `replay_deltas` run boxed: their futures (a query, a JetStream consumer) are
+    /// large, and inline they would size every client's pump while it waits for the next
+    /// live item, which is what an idle client costs.
+    fn catch_up(&mut self, upto: i64) -> BoxFuture<'_, Result<(), Gone>> {
+        Box::pin(self.catch_up_inline(upto))
+    }
+
+    async fn catch_up_inline(&mut self, upto: i64) -> Result<(), Gone> {
         loop {
             let page =
                 maestro_db::events::list(&self.state.pool, self.task_id, self.last.seq, PAGE).await;
@@ -242,7 +262,11 @@ impl<R: Render> Pump<R> {
     /// Send the stored deltas of the message being generated after the last event sent
     /// (those after the last delta sent, if the client had some). Deltas that aged out of
     /// the stream are simply not there: the message event will carry the whole text.
-    async fn replay_deltas(&mut self, missing: Missing) -> Result<(), Gone> {
+    fn replay_deltas(&mut self, missing: Missing) -> BoxFuture<'_, Result<(), Gone>> {
+        Box::pin(self.replay_deltas_inline(missing))
+    }
+
+    async fn replay_deltas_inline(&mut self, missing: Missing) -> Result<(), Gone> {
         let filter = self
             .state
             .bus

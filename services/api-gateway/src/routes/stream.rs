@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::parse_id;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::fanout::Shared;
 use crate::state::AppState;
 use crate::stream::{self, Render, SseStream};
 
@@ -105,16 +106,14 @@ async fn open(
 }
 
 /// MAESTRO's own items: every event (of one job, for a per-job stream) as its kind, every
-/// delta as `delta`, each with its stream position as `id:`.
+/// delta as `delta`, each with its stream position as `id:`. What an item renders as depends
+/// on the item alone, so a live item is rendered once for all of the task's clients.
 struct Raw {
     job: Option<JobId>,
 }
 
-impl Render for Raw {
-    fn event(&mut self, event: &Event) -> Vec<SseEvent> {
-        if self.job.is_some_and(|job| job != event.job_id) {
-            return Vec::new();
-        }
+impl Raw {
+    fn render_event(event: &Event) -> Vec<SseEvent> {
         let Ok(data) = serde_json::to_string(event) else {
             return Vec::new();
         };
@@ -127,10 +126,7 @@ impl Render for Raw {
         ]
     }
 
-    fn delta(&mut self, id: StreamId, delta: &Delta) -> Vec<SseEvent> {
-        if self.job.is_some_and(|job| job != delta.job_id) {
-            return Vec::new();
-        }
+    fn render_delta(id: StreamId, delta: &Delta) -> Vec<SseEvent> {
         let Ok(data) = serde_json::to_string(delta) else {
             return Vec::new();
         };
@@ -140,5 +136,42 @@ impl Render for Raw {
                 .event("delta")
                 .data(data),
         ]
+    }
+}
+
+impl Render for Raw {
+    fn event(&mut self, event: &Event) -> Vec<SseEvent> {
+        if self.job.is_some_and(|job| job != event.job_id) {
+            return Vec::new();
+        }
+        Self::render_event(event)
+    }
+
+    fn delta(&mut self, id: StreamId, delta: &Delta) -> Vec<SseEvent> {
+        if self.job.is_some_and(|job| job != delta.job_id) {
+            return Vec::new();
+        }
+        Self::render_delta(id, delta)
+    }
+
+    fn live_event(&mut self, event: &Shared<Event>, creator: bool) -> Vec<SseEvent> {
+        if self.job.is_some_and(|job| job != event.value.job_id) {
+            return Vec::new();
+        }
+        event.rendered(creator, |event| {
+            if creator {
+                Self::render_event(event)
+            } else {
+                Self::render_event(&event.clone().for_reader(false))
+            }
+        })
+    }
+
+    fn live_delta(&mut self, id: StreamId, delta: &Shared<Delta>) -> Vec<SseEvent> {
+        if self.job.is_some_and(|job| job != delta.value.job_id) {
+            return Vec::new();
+        }
+        // `id` is the delta's own (`Delta::stream_id`), so the rendering is the item's alone.
+        delta.rendered(true, |delta| Self::render_delta(id, delta))
     }
 }
