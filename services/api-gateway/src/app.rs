@@ -1,13 +1,13 @@
 //! Building and serving the gateway: routes, middleware, the listener.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
 use axum::routing::get;
-use axum::serve::ListenerExt as _;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
@@ -221,29 +221,69 @@ pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyho
     });
     tracing::info!(%addr, "api-gateway listening");
     maestro_runtime::announce_ready("api-gateway", Some(addr));
-    // Small writes (SSE events, short answers) go out at once: without TCP_NODELAY, Nagle's
-    // algorithm holds an event back until the client's delayed ACK of the previous one.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-        }
-    });
-    // `into_make_service` finalizes the routes once; handing `axum::serve` the router itself
-    // rebuilds its route tables for every connection (~18 KiB each, heaptrack), which a
-    // thousand idle SSE clients keep.
-    let server = axum::serve(listener, router(state).into_make_service())
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let deadline = async {
         shutdown.cancelled().await;
         tokio::time::sleep(grace).await;
     };
     tokio::select! {
-        served = server => served.context("serve HTTP"),
+        () = accept(listener, router(state), shutdown.clone()) => Ok(()),
         _ = deadline => {
             tracing::warn!(?grace, "shutdown grace period over; dropping open connections");
             Ok(())
         }
     }
+}
+
+/// Serve HTTP/1.1 on every accepted connection until `shutdown`; then stop accepting, let
+/// each connection finish its open request (SSE streams end on `shutdown` themselves) and
+/// return when all have closed.
+///
+/// By hand rather than `axum::serve`: its connections sniff for HTTP/2 first (hyper-util's
+/// `auto` builder), which makes hyper grow every connection's read buffer to 16 KiB on the
+/// request, kept for the connection's life; HTTP/1.1 alone keeps it at 8 KiB, and an idle SSE
+/// client costs that much less (docs/performance.md#streams-maestro-bench-sse). The router is
+/// built once and shared (an `Arc`), not rebuilt per connection.
+async fn accept(listener: tokio::net::TcpListener, router: Router, shutdown: CancellationToken) {
+    let connections = tokio_util::task::TaskTracker::new();
+    loop {
+        let tcp = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        // Small writes (SSE events, short answers) go out at once: without TCP_NODELAY,
+        // Nagle's algorithm holds an event back until the client's delayed ACK of the last.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(tcp);
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+            let mut conn = std::pin::pin!(conn);
+            let served = tokio::select! {
+                served = conn.as_mut() => served,
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = served {
+                tracing::trace!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
 }
 
 #[cfg(test)]
