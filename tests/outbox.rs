@@ -235,6 +235,59 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_created_by_a_writer_publishing_itself_leaves_one_range_row() {
+    let db = TestDb::create().await.expect("database");
+    let pool = &db.pool;
+    let owner = maestro_domain::Owner::parse("alice").expect("owner");
+    let (task_id, job_id) = (TaskId::new(), maestro_domain::JobId::new());
+    let new = maestro_db::tasks::NewTask {
+        id: task_id,
+        job_id,
+        owner: &owner,
+        instruction: "created",
+        piece: "chat",
+        start_movement: None,
+        model: None,
+        idempotency_key: None,
+        request_hash: "h",
+        profile: "default",
+        space_id: None,
+        visibility: maestro_domain::Visibility::Private,
+        max_attempts: 3,
+        context_id: None,
+        message_id: None,
+        push: None,
+        attachments: &[],
+    };
+    let (_, direct) = maestro_db::tasks::create_publishing(pool, &new, Publish::Directly)
+        .await
+        .expect("create")
+        .expect("created");
+    let key = maestro_domain::topic::range_key(task_id, 1);
+    assert_eq!(direct.len(), 1);
+    assert_eq!(direct[0].outbox_key.as_ref(), Some(&key));
+    assert_eq!(rows(pool, task_id).await, vec![(key.clone(), true)]);
+    assert_eq!(relayed_now(pool).await, 0);
+    let relayed = overdue(pool, &key).await;
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(relayed[0].msg_id, direct[0].msg_id);
+    let relayed: Event = serde_json::from_value(relayed[0].payload.clone()).expect("event");
+    let published: Event = serde_json::from_str(&direct[0].payload).expect("published event");
+    assert_eq!(published, relayed);
+    assert_eq!(
+        (published.kind, published.job_id),
+        (EventKind::JobState, job_id)
+    );
+
+    // Created the relay's way: the event's own row, at once.
+    let (other, _) = db.queued_task("alice", "relayed").await.expect("task");
+    assert_eq!(
+        rows(pool, other).await,
+        vec![(format!("event:{other}:1"), false)]
+    );
+}
+
 async fn bus(stack: &Stack) -> Bus {
     let nats = async_nats::connect(&stack.nats.url).await.expect("NATS");
     Bus {

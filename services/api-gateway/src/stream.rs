@@ -58,11 +58,7 @@ pub trait Render: Send + 'static {
     /// the creator or not, see [`open`]): a renderer whose output depends on the event alone
     /// shares it with them (`Shared::rendered`).
     fn live_event(&mut self, event: &Shared<Event>, creator: bool) -> Vec<SseEvent> {
-        if creator {
-            self.event(&event.value)
-        } else {
-            self.event(&event.value.clone().for_reader(false))
-        }
+        self.event(&event.value.as_seen_by(creator))
     }
     /// The SSE events for a delta of the task's hub, likewise.
     fn live_delta(&mut self, id: StreamId, delta: &Shared<Delta>) -> Vec<SseEvent> {
@@ -318,11 +314,7 @@ impl<R: Render> Pump<R> {
     }
 
     async fn send_event(&mut self, event: &Event) -> Result<(), Gone> {
-        let items = if self.creator {
-            self.render.event(event)
-        } else {
-            self.render.event(&event.clone().for_reader(false))
-        };
+        let items = self.render.event(&event.as_seen_by(self.creator));
         self.send(StreamId::event(event.seq), items).await
     }
 

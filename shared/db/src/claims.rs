@@ -236,14 +236,22 @@ pub async fn claim_many_traced(
                    tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
                    COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
                    tasks.max_attempts AS task_max_attempts, tasks.context_id, tasks.space_id
+        ), d AS (
+            -- Read by the outbox trigger as each event is inserted (migration 0024): the
+            -- event insert reads it, so it is set first.
+            SELECT set_config('maestro.publish_directly', $6, true) AS grace
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
                    jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', $2::text)
-              FROM j JOIN t ON t.id = j.task_id
-        ), d AS (
-            -- Read by the outbox trigger at the end of this statement (migration 0021).
-            SELECT set_config('maestro.publish_directly', $6, true) AS grace
+              FROM j JOIN t ON t.id = j.task_id CROSS JOIN d
+        ), range AS (
+            -- Published directly: each claim's event is its task's range (`outbox::Written`).
+            INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
+            SELECT 'events', t.id, 'events:' || t.id || ':' || t.last_seq,
+                   jsonb_build_object('first', t.last_seq, 'last', t.last_seq),
+                   now() + d.grace::interval
+              FROM t, d WHERE d.grace <> ''
         )
         SELECT j.id, j.task_id, j.job_no, j.attempt, j.max_attempts, j.profile, j.created_at,
                j.resume_movement AS "resume_movement?", j.resume_question AS "resume_question?", j.ask_count, j.pending_interjections,

@@ -145,6 +145,10 @@ pub async fn append_publishing(
                AND ($5::text IS DISTINCT FROM 'succeeded'
                     OR pending_interjections = cardinality($11::uuid[]))
          RETURNING id, task_id, traceparent, last_job_seq - cardinality($3::text[]) AS base
+        ), d AS (
+            -- Read by the outbox trigger as each event is inserted (migration 0024): the
+            -- event insert reads it, so it is set first.
+            SELECT set_config('maestro.publish_directly', $13, true) AS grace
         ), c AS (
             -- Through `comments_undelivered`, and not at all when nothing is delivered (a
             -- generic plan otherwise scans every comment of every task).
@@ -170,10 +174,16 @@ pub async fn append_publishing(
                                            WHERE m.kind = 'message' AND m.ord < x.ord),
                                 (x.payload ->> 'message_seq')::bigint))
                         ELSE x.payload END
-              FROM j, t, unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
-        ), d AS (
-            -- Read by the outbox trigger at the end of this statement (migration 0021).
-            SELECT set_config('maestro.publish_directly', $13, true) AS grace
+              FROM j, t, d,
+                   unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
+        ), range AS (
+            -- Published directly: the statement's events are one range (`outbox::Written`).
+            INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
+            SELECT 'events', t.id, 'events:' || t.id || ':' || (t.base + 1),
+                   jsonb_build_object('first', t.base + 1,
+                                      'last', t.base + cardinality($3::text[])),
+                   now() + d.grace::interval
+              FROM t, d WHERE d.grace <> '' AND cardinality($3::text[]) > 0
         )
         SELECT t.base AS "base!", j.base AS "job_base!", t.id AS "task_id!", j.traceparent,
                now() AS "now!",

@@ -102,12 +102,19 @@ pub async fn create_publishing(
             INSERT INTO jobs (id, task_id, job_no, status, profile, max_attempts, last_job_seq)
             SELECT $9, task.id, 1, 'queued', $10, $11, 1 FROM task
             RETURNING id, task_id
+        ), d AS (
+            -- Read by the outbox trigger as each event is inserted (migration 0024): the
+            -- event insert reads it, so it is set first.
+            SELECT set_config('maestro.publish_directly', $27, true) AS grace
         ), event AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
-            SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job
-        ), d AS (
-            -- Read by the outbox trigger at the end of this statement (migration 0021).
-            SELECT set_config('maestro.publish_directly', $27, true) AS grace
+            SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job, d
+        ), range AS (
+            -- Published directly: the event's outbox row is its range (`outbox::Written`).
+            INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
+            SELECT 'events', job.task_id, 'events:' || job.task_id || ':1',
+                   '{"first": 1, "last": 1}', now() + d.grace::interval
+              FROM job, d WHERE d.grace <> ''
         ), push AS (
             INSERT INTO a2a_push_configs (task_id, id, url, token, auth_scheme, auth_credentials)
             SELECT task.id, $16, $17, $18, $19, $20 FROM task WHERE $17::text IS NOT NULL

@@ -4,6 +4,8 @@
 //! and a per-job `job_seq` (gap-free within its job). The same JSON shape is returned by the
 //! events API, sent on SSE streams and published on `<prefix>.events.<task_id>.<kind>`.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,6 +97,21 @@ impl Event {
             }
         }
         self
+    }
+
+    /// [`Event::for_reader`] without a copy where the reader sees the event as stored (its
+    /// creator, or any event without login links to hide).
+    pub fn as_seen_by(&self, creator: bool) -> Cow<'_, Event> {
+        let hides = |item: &Value| item.get("login_url").is_some();
+        let stripped = !creator
+            && self.kind == EventKind::JobState
+            && matches!(self.payload.get("required_actions"),
+                        Some(Value::Array(items)) if items.iter().any(hides));
+        if stripped {
+            Cow::Owned(self.clone().for_reader(false))
+        } else {
+            Cow::Borrowed(self)
+        }
     }
 }
 
@@ -433,6 +450,15 @@ mod tests {
                 .is_none()
         );
         assert_eq!(event.clone().for_reader(true), event);
+
+        // Seen without a copy by its creator, and by anyone when there is nothing to hide.
+        assert_eq!(*event.as_seen_by(false), seen);
+        assert!(matches!(event.as_seen_by(true), Cow::Borrowed(e) if *e == event));
+        let running = Event {
+            payload: EventBody::JobState(JobStateChange::new(JobStatus::Running, 1)).payload(),
+            ..event
+        };
+        assert!(matches!(running.as_seen_by(false), Cow::Borrowed(e) if *e == running));
     }
 
     #[test]

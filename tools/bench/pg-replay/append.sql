@@ -17,6 +17,7 @@ WITH j AS (
      WHERE id = :jid::uuid AND attempt = 1 AND status = 'running'
        AND ($TO IS DISTINCT FROM 'succeeded' OR pending_interjections = 0)
  RETURNING id, task_id, traceparent, last_job_seq - cardinality($KINDS) AS base
+), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace
 ), c AS (
     UPDATE comments SET delivered_at = now()
       FROM j WHERE cardinality('{}'::uuid[]) > 0
@@ -36,8 +37,13 @@ WITH j AS (
                                    WHERE m.kind = 'message' AND m.ord < x.ord),
                         (x.payload ->> 'message_seq')::bigint))
                 ELSE x.payload END
-      FROM j, t, unnest($KINDS, $PAYLOADS) WITH ORDINALITY AS x(kind, payload, ord)
-), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace)
+      FROM j, t, d, unnest($KINDS, $PAYLOADS) WITH ORDINALITY AS x(kind, payload, ord)
+), range AS (
+    INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
+    SELECT 'events', t.id, 'events:' || t.id || ':' || (t.base + 1),
+           jsonb_build_object('first', t.base + 1, 'last', t.base + cardinality($KINDS)), now() + d.grace::interval
+      FROM t, d WHERE d.grace <> '' AND cardinality($KINDS) > 0
+)
 SELECT t.base, j.base AS job_base, t.id, j.traceparent, now(),
        d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c WHERE c.task_id = t.id) AS a2a_push
   FROM t, j, d;

@@ -21,12 +21,18 @@ WITH j AS (
            tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
            COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
            tasks.max_attempts AS task_max_attempts, tasks.context_id, tasks.space_id
+), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace
 ), e AS (
     INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
     SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',
            jsonb_build_object('status', 'running', 'attempt', j.attempt, 'worker_id', 'worker'::text)
-      FROM j JOIN t ON t.id = j.task_id
-), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace)
+      FROM j JOIN t ON t.id = j.task_id CROSS JOIN d
+), range AS (
+    INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
+    SELECT 'events', t.id, 'events:' || t.id || ':' || t.last_seq,
+           jsonb_build_object('first', t.last_seq, 'last', t.last_seq), now() + d.grace::interval
+      FROM t, d WHERE d.grace <> ''
+)
 SELECT j.id, j.task_id, t.last_seq AS claim_seq, t.owner, t.instruction,
        ARRAY(SELECT g.tool FROM task_grants g WHERE g.task_id = j.task_id ORDER BY g.tool) AS grants,
        (SELECT c.message_id FROM comments c WHERE c.task_id = j.task_id AND c.kind = 'instruction' AND t.context_id IS NOT NULL LIMIT 1) AS message_id,

@@ -159,11 +159,7 @@ impl Render for Raw {
             return Vec::new();
         }
         event.rendered(creator, |event| {
-            if creator {
-                Self::render_event(event)
-            } else {
-                Self::render_event(&event.clone().for_reader(false))
-            }
+            Self::render_event(&event.as_seen_by(creator))
         })
     }
 
