@@ -101,6 +101,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         catalog,
         operations,
         mcp_tools,
+        offers: Arc::default(),
         signals,
         claimer,
     }));

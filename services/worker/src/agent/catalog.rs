@@ -5,7 +5,8 @@
 //! subtask level), the piece's `transition` (when it has targets) and `complete`, in that
 //! order — the same bytes for every request of a task's piece.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,17 +16,39 @@ use maestro_domain::tools::{
     self, McpListReply, McpListRequest, McpTarget, ToolExecRequest, ToolSpec, WorkspaceContext,
 };
 use maestro_domain::{JobId, TaskId};
+use serde_json::value::RawValue;
 
 use super::context::Shared;
 use crate::tool_client;
 
 /// The tools a job offers, and the remote MCP servers that asked for a login first
 /// (`(server, WWW-Authenticate challenge)`): their tools are left out until the owner logs in.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Offered {
-    pub tools: Vec<ToolSpec>,
+    pub tools: Arc<Offer>,
     pub logins: Vec<(String, String)>,
 }
+
+/// Offered tools and their rendering, as every request of the job sends them.
+#[derive(Debug)]
+pub struct Offer {
+    pub specs: Vec<ToolSpec>,
+    /// `specs` as the requests' `tools` array: the same bytes in every request.
+    pub json: Box<RawValue>,
+}
+
+impl Offer {
+    fn new(specs: Vec<ToolSpec>) -> Self {
+        let rendered: Vec<serde_json::Value> = specs.iter().map(ToolSpec::to_openai).collect();
+        let json = serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
+        Self { specs, json }
+    }
+}
+
+/// The offers of jobs without MCP tools (most jobs), made once per worker: such an offer
+/// depends only on the piece (its transition targets) and on whether the job may delegate,
+/// the rest being the worker's fixed built-ins and catalog.
+pub type Offers = Arc<Mutex<HashMap<(String, bool), Arc<Offer>>>>;
 
 /// The offered tools, in their fixed order.
 pub(super) async fn tools(
@@ -34,16 +57,35 @@ pub(super) async fn tools(
     claim: &Claimed,
     tokens: &BTreeMap<String, String>,
 ) -> Offered {
-    let mut tools = tools::builtin_tools();
     let (mcp, logins) = mcp_tools(shared, &claim.owner, tokens).await;
-    tools.extend(mcp);
-    tools.extend(tools::human_tools());
-    if claim.depth < shared.settings.max_subtask_depth
+    let delegates = claim.depth < shared.settings.max_subtask_depth
         && shared
             .policy
             .refusal(tools::DELEGATE, &serde_json::json!({}), &claim.grants)
-            .is_none()
-    {
+            .is_none();
+    if !mcp.is_empty() {
+        let tools = Arc::new(Offer::new(specs(shared, piece, mcp, delegates)));
+        return Offered { tools, logins };
+    }
+    let key = (piece.name.clone(), delegates);
+    let known = shared.offers.lock().expect("lock").get(&key).cloned();
+    let tools = known.unwrap_or_else(|| {
+        let offer = Arc::new(Offer::new(specs(shared, piece, mcp, delegates)));
+        shared
+            .offers
+            .lock()
+            .expect("lock")
+            .insert(key, offer.clone());
+        offer
+    });
+    Offered { tools, logins }
+}
+
+fn specs(shared: &Shared, piece: &Piece, mcp: Vec<ToolSpec>, delegates: bool) -> Vec<ToolSpec> {
+    let mut tools = tools::builtin_tools();
+    tools.extend(mcp);
+    tools.extend(tools::human_tools());
+    if delegates {
         let pieces: Vec<String> = shared.catalog.pieces().map(|p| p.name.clone()).collect();
         tools.push(tools::delegate_tool(&pieces));
     }
@@ -52,7 +94,7 @@ pub(super) async fn tools(
         tools.push(tools::transition_tool(&targets));
     }
     tools.push(tools::complete_tool());
-    Offered { tools, logins }
+    tools
 }
 
 /// What the prompt shows of the task's workspace — `AGENTS.md`, the memory and skills

@@ -68,6 +68,8 @@ pub struct Shared {
     pub operations: maestro_messaging::setup::OperationOutcomes,
     /// The MCP servers' tools, once listed.
     pub mcp_tools: Arc<tokio::sync::Mutex<BTreeMap<String, Vec<ToolSpec>>>>,
+    /// The tools offered to jobs without MCP tools, rendered once.
+    pub offers: super::catalog::Offers,
     /// Wake-ups for the jobs this worker runs.
     pub signals: crate::signals::Signals,
     /// Claims jobs, several per statement when several wait.

@@ -96,7 +96,7 @@ impl JobRun<'_> {
     /// policy (or approved by a person) and by the movement. `Err` is the model's answer.
     fn admit(&self, call: &ToolCall) -> Result<(&ToolSpec, Value), Answer> {
         let Some(spec) = self.spec(call) else {
-            let known: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+            let known: Vec<&str> = self.tools.specs.iter().map(|t| t.name.as_str()).collect();
             let error = format!(
                 "Error: unknown tool {:?}; available: {}",
                 call.name(),

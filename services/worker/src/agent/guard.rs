@@ -179,7 +179,7 @@ impl JobRun<'_> {
     /// Keep the next request within `MAX_PROMPT_TOKENS`; `Some` when the job ended.
     pub(super) async fn prompt_guard(&mut self) -> Result<Option<JobEnd>, JobError> {
         let max = self.shared.settings.max_prompt_tokens;
-        let fixed = self.tools_json.get().len() / 4;
+        let fixed = self.tools.json.get().len() / 4;
         let budget = max.saturating_sub(fixed);
         let before = estimate(&self.journal.messages);
         if before <= budget {

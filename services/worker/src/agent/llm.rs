@@ -60,7 +60,7 @@ impl JobRun<'_> {
         let in_flight = self.journal.take_in_flight();
         let request = ChatRequest {
             model: &self.model,
-            tools: Some(&self.tools_json),
+            tools: Some(&self.tools.json),
             messages: &self.journal.messages,
         };
         let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());

@@ -6,6 +6,7 @@
 //! `complete`) and `ending.rs` (every way a job ends or pauses).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -15,11 +16,10 @@ use maestro_domain::piece::{Movement, Piece};
 use maestro_domain::tools::ToolSpec;
 use maestro_domain::transcript::Rebuilt;
 use maestro_domain::{CommentKind, EventBody, MessageEvent, MovementEvent, ToolCall};
-use serde_json::value::RawValue;
 
 use super::approvals::Approvals;
 use super::cache::ReadCache;
-use super::catalog::EarlyContext;
+use super::catalog::{EarlyContext, Offer};
 use super::context::{Delivery, JobError, Shared};
 use super::continuation::Continuation;
 use super::gate::CallSite;
@@ -104,8 +104,7 @@ pub(super) struct JobRun<'a> {
     pub place: Place,
     pub model: String,
     /// The offered tools, and their rendering: the same bytes in every request.
-    pub tools: Vec<ToolSpec>,
-    pub tools_json: Box<RawValue>,
+    pub tools: Arc<Offer>,
     pub journal: Journal,
     pub approvals: Approvals,
     pub cache: ReadCache,
@@ -131,12 +130,9 @@ impl<'a> JobRun<'a> {
         claim: &'a Claimed,
         delivery: Delivery,
         piece: &'a Piece,
-        tools: Vec<ToolSpec>,
+        tools: Arc<Offer>,
         approvals: Approvals,
     ) -> Self {
-        let rendered: Vec<serde_json::Value> = tools.iter().map(ToolSpec::to_openai).collect();
-        let tools_json =
-            serde_json::value::to_raw_value(&rendered).expect("tool specs are valid JSON");
         let journal = Journal::new(
             &shared.pool,
             &shared.bus,
@@ -159,7 +155,6 @@ impl<'a> JobRun<'a> {
             place: Place::default(),
             model,
             tools,
-            tools_json,
             journal,
             approvals,
             cache: ReadCache::new(claim.parent_task_id.is_none()),
@@ -233,7 +228,7 @@ impl<'a> JobRun<'a> {
             }),
         });
         let opening = Opening {
-            tools: &self.tools,
+            tools: &self.tools.specs,
             claim,
             follow_ups: &comments.follow_ups,
             question: claim.resume_question.as_deref(),
@@ -284,7 +279,7 @@ impl<'a> JobRun<'a> {
 
     /// The offered tool a call names, if any.
     pub fn spec(&self, call: &ToolCall) -> Option<&ToolSpec> {
-        self.tools.iter().find(|t| t.name == call.name())
+        self.tools.specs.iter().find(|t| t.name == call.name())
     }
 
     /// Where a call of the current reply stands (its item key and movement).
