@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::mcp::McpServer;
-use crate::tools::{DELEGATE, builtin_tools, edits_files};
+use crate::tools::{DELEGATE, edits_files, is_builtin};
 
 /// What the tools of a workspace may do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,7 +151,7 @@ impl ToolPolicy {
                 .iter()
                 .any(|p| p != "*" && wildcard(p, tool));
         }
-        let builtin = builtin_tools().iter().any(|t| t.name == tool);
+        let builtin = is_builtin(tool);
         self.allowed_tools
             .iter()
             .any(|p| (p == "*" && builtin) || wildcard(p, tool))

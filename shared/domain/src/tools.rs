@@ -4,6 +4,8 @@
 //! their keys sorted, so the same specs always render to the same `tools` array, which the
 //! LLM's prompt cache depends on.
 
+use std::sync::LazyLock;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -64,6 +66,14 @@ fn spec(name: &str, description: &str, parameters: Value, idempotency: Idempoten
 
 fn object(properties: Value, required: &[&str]) -> Value {
     json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
+}
+
+/// Whether `name` is one of [`builtin_tools`] (their names, listed once: building the specs
+/// renders every schema).
+pub fn is_builtin(name: &str) -> bool {
+    static NAMES: LazyLock<Vec<String>> =
+        LazyLock::new(|| builtin_tools().into_iter().map(|t| t.name).collect());
+    NAMES.iter().any(|n| n == name)
 }
 
 /// The built-in tools the tool-runner executes, in the order they are offered.
@@ -664,6 +674,17 @@ mod tests {
                 "http_fetch"
             ]
         );
+        assert!(names.iter().all(|n| is_builtin(n)));
+        for other in [
+            DELEGATE,
+            "complete",
+            "ask",
+            "mcp__tracker__list",
+            "read",
+            "",
+        ] {
+            assert!(!is_builtin(other), "{other}");
+        }
     }
 
     proptest::proptest! {
