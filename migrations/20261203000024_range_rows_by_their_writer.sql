@@ -16,11 +16,16 @@
 -- direct statement's events of any other kind never reach the trigger at all (a false `WHEN`
 -- queues nothing), so no transition table is captured.
 --
--- A statement says it publishes directly as before (`set_config('maestro.publish_directly',
--- <grace>, true)`), but the setting is now read while each event row is inserted, so those
--- statements compute it before their events (their event insert reads it); and it becomes the
--- statement's promise to write its range row: `tests/outbox.rs` checks that each of the three
--- leaves one covering every event it wrote.
+-- Such a statement says so with a setting of a new name, `maestro.writes_range_row` (its
+-- value the relay's grace), read while each event row is inserted, so those statements compute
+-- it before their events (their event insert reads it). The setting is the statement's
+-- promise to write its range row: `tests/outbox.rs` checks that each of the three leaves one
+-- covering every event it wrote. The old name, `maestro.publish_directly`, which a binary from
+-- before this migration still sets during a rolling upgrade without writing a range row, now
+-- means nothing: such a statement's events get an `event` row each, published by the relay at
+-- once, and the copy its writer also publishes is dropped by the stream's duplicate window
+-- (same `Nats-Msg-Id`). A new binary before this migration runs likewise gets the old
+-- trigger's per-event rows beside its own range row.
 
 DROP TRIGGER events_to_outbox ON events;
 DROP FUNCTION events_to_outbox();
@@ -33,7 +38,7 @@ DECLARE
     tp text;
 BEGIN
     SELECT j.traceparent INTO tp FROM jobs j WHERE j.id = NEW.job_id;
-    IF coalesce(current_setting('maestro.publish_directly', true), '') = '' THEN
+    IF coalesce(current_setting('maestro.writes_range_row', true), '') = '' THEN
         INSERT INTO outbox (topic, task_id, kind, msg_id, payload, traceparent)
         VALUES ('event', NEW.task_id, NEW.kind, 'event:' || NEW.task_id || ':' || NEW.seq,
                 to_jsonb(NEW), tp);
@@ -61,5 +66,5 @@ CREATE TRIGGER events_to_outbox AFTER INSERT ON events
     FOR EACH ROW
     WHEN (NEW.kind = 'decision'
           OR (NEW.kind = 'job_state' AND NEW.payload ->> 'status' = 'cancelled')
-          OR coalesce(current_setting('maestro.publish_directly', true), '') = '')
+          OR coalesce(current_setting('maestro.writes_range_row', true), '') = '')
     EXECUTE FUNCTION events_to_outbox();

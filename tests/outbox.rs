@@ -281,10 +281,30 @@ async fn a_task_created_by_a_writer_publishing_itself_leaves_one_range_row() {
     );
 
     // Created the relay's way: the event's own row, at once.
-    let (other, _) = db.queued_task("alice", "relayed").await.expect("task");
+    let (other, other_job) = db.queued_task("alice", "relayed").await.expect("task");
     assert_eq!(
         rows(pool, other).await,
         vec![(format!("event:{other}:1"), false)]
+    );
+
+    // A statement of a binary from before migration 0024 (a rolling upgrade) says it publishes
+    // directly by the old setting and writes no range row: its event still gets the relay's row.
+    sqlx::query(
+        "WITH d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace)
+         INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+         SELECT $1, 2, $2, 2, 'message', '{}' FROM d",
+    )
+    .bind(other.0)
+    .bind(other_job.0)
+    .execute(pool)
+    .await
+    .expect("an old writer's event");
+    assert_eq!(
+        rows(pool, other).await,
+        vec![
+            (format!("event:{other}:1"), false),
+            (format!("event:{other}:2"), false)
+        ]
     );
 }
 

@@ -239,7 +239,7 @@ pub async fn claim_many_traced(
         ), d AS (
             -- Read by the outbox trigger as each event is inserted (migration 0024): the
             -- event insert reads it, so it is set first.
-            SELECT set_config('maestro.publish_directly', $6, true) AS grace
+            SELECT set_config('maestro.writes_range_row', $6, true) AS grace
         ), e AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',

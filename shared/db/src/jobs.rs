@@ -148,7 +148,7 @@ pub async fn append_publishing(
         ), d AS (
             -- Read by the outbox trigger as each event is inserted (migration 0024): the
             -- event insert reads it, so it is set first.
-            SELECT set_config('maestro.publish_directly', $13, true) AS grace
+            SELECT set_config('maestro.writes_range_row', $13, true) AS grace
         ), c AS (
             -- Through `comments_undelivered`, and not at all when nothing is delivered (a
             -- generic plan otherwise scans every comment of every task).
@@ -257,7 +257,7 @@ fn as_stored(events: &[EventBody], payloads: Vec<Value>, first_seq: i64) -> Vec<
 }
 
 impl Publish {
-    /// The `maestro.publish_directly` setting the outbox trigger reads: the relay's grace
+    /// The `maestro.writes_range_row` setting the outbox trigger reads: the relay's grace
     /// before it takes over, or empty (publish at once).
     pub(crate) fn grace(self) -> &'static str {
         match self {

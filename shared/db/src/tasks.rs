@@ -105,7 +105,7 @@ pub async fn create_publishing(
         ), d AS (
             -- Read by the outbox trigger as each event is inserted (migration 0024): the
             -- event insert reads it, so it is set first.
-            SELECT set_config('maestro.publish_directly', $27, true) AS grace
+            SELECT set_config('maestro.writes_range_row', $27, true) AS grace
         ), event AS (
             INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
             SELECT job.task_id, 1, job.id, 1, 'job_state', $12 FROM job, d

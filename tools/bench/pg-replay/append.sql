@@ -17,7 +17,7 @@ WITH j AS (
      WHERE id = :jid::uuid AND attempt = 1 AND status = 'running'
        AND ($TO IS DISTINCT FROM 'succeeded' OR pending_interjections = 0)
  RETURNING id, task_id, traceparent, last_job_seq - cardinality($KINDS) AS base
-), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace
+), d AS (SELECT set_config('maestro.writes_range_row', '2 seconds', true) AS grace
 ), c AS (
     UPDATE comments SET delivered_at = now()
       FROM j WHERE cardinality('{}'::uuid[]) > 0

@@ -21,7 +21,7 @@ WITH j AS (
            tasks.model, tasks.start_movement, tasks.parent_task_id, tasks.depth,
            COALESCE(tasks.workspace_id, tasks.id) AS workspace_id,
            tasks.max_attempts AS task_max_attempts, tasks.context_id, tasks.space_id
-), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace
+), d AS (SELECT set_config('maestro.writes_range_row', '2 seconds', true) AS grace
 ), e AS (
     INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
     SELECT t.id, t.last_seq, j.id, j.last_job_seq, 'job_state',

@@ -58,7 +58,7 @@ WITH task AS (
 ), job AS (
     INSERT INTO jobs (id, task_id, job_no, status, profile, max_attempts, last_job_seq)
     SELECT :jid::uuid, task.id, 1, 'queued', 'default', 3, 1 FROM task RETURNING id, task_id
-), d AS (SELECT set_config('maestro.publish_directly', '2 seconds', true) AS grace
+), d AS (SELECT set_config('maestro.writes_range_row', '2 seconds', true) AS grace
 ), event AS (
     INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
     SELECT job.task_id, 1, job.id, 1, 'job_state', '{"status": "queued", "attempt": 0}' FROM job, d
