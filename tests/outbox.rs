@@ -239,31 +239,10 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
 async fn a_task_created_by_a_writer_publishing_itself_leaves_one_range_row() {
     let db = TestDb::create().await.expect("database");
     let pool = &db.pool;
-    let owner = maestro_domain::Owner::parse("alice").expect("owner");
-    let (task_id, job_id) = (TaskId::new(), maestro_domain::JobId::new());
-    let new = maestro_db::tasks::NewTask {
-        id: task_id,
-        job_id,
-        owner: &owner,
-        instruction: "created",
-        piece: "chat",
-        start_movement: None,
-        model: None,
-        idempotency_key: None,
-        request_hash: "h",
-        profile: "default",
-        space_id: None,
-        visibility: maestro_domain::Visibility::Private,
-        max_attempts: 3,
-        context_id: None,
-        message_id: None,
-        push: None,
-        attachments: &[],
-    };
-    let (_, direct) = maestro_db::tasks::create_publishing(pool, &new, Publish::Directly)
+    let (task_id, job_id, direct) = db
+        .queued_task_publishing("alice", "created", Publish::Directly)
         .await
-        .expect("create")
-        .expect("created");
+        .expect("task");
     let key = maestro_domain::topic::range_key(task_id, 1);
     assert_eq!(direct.len(), 1);
     assert_eq!(direct[0].outbox_key.as_ref(), Some(&key));

@@ -64,6 +64,25 @@ impl TestDb {
         owner: &str,
         instruction: &str,
     ) -> anyhow::Result<(maestro_domain::TaskId, maestro_domain::JobId)> {
+        let publish = maestro_db::jobs::Publish::ByRelay;
+        let (id, job_id, _) = self
+            .queued_task_publishing(owner, instruction, publish)
+            .await?;
+        Ok((id, job_id))
+    }
+
+    /// [`TestDb::queued_task`], saying who publishes its `queued` event (as the gateway does:
+    /// [`maestro_db::tasks::create_publishing`]); what the caller is to publish comes back too.
+    pub async fn queued_task_publishing(
+        &self,
+        owner: &str,
+        instruction: &str,
+        publish: maestro_db::jobs::Publish,
+    ) -> anyhow::Result<(
+        maestro_domain::TaskId,
+        maestro_domain::JobId,
+        Vec<maestro_domain::topic::Direct>,
+    )> {
         let owner = maestro_domain::Owner::parse(owner)?;
         let (id, job_id) = (maestro_domain::TaskId::new(), maestro_domain::JobId::new());
         let new = maestro_db::tasks::NewTask {
@@ -85,10 +104,10 @@ impl TestDb {
             push: None,
             attachments: &[],
         };
-        maestro_db::tasks::create(&self.pool, &new)
+        let (_, direct) = maestro_db::tasks::create_publishing(&self.pool, &new, publish)
             .await?
             .ok_or_else(|| anyhow::anyhow!("the task was not created"))?;
-        Ok((id, job_id))
+        Ok((id, job_id, direct))
     }
 }
 
