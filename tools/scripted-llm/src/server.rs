@@ -13,6 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -29,7 +31,7 @@ const BYTES_PER_TOKEN: usize = 4;
 #[derive(Default)]
 pub struct Server {
     scenarios: RwLock<Scenarios>,
-    requests: Mutex<VecDeque<Value>>,
+    requests: Mutex<VecDeque<Recorded>>,
     served: Mutex<HashMap<(String, usize), u32>>,
     last_prompt: Mutex<HashMap<String, Vec<u8>>>,
     next_id: AtomicU64,
@@ -109,14 +111,56 @@ async fn models() -> Json<Value> {
 }
 
 async fn requests(State(server): State<Arc<Server>>) -> Json<Value> {
-    let requests: Vec<Value> = server
+    let recorded: Vec<Recorded> = server
         .requests
         .lock()
         .expect("lock")
         .iter()
         .cloned()
         .collect();
+    let requests: Vec<Value> = recorded.iter().map(Recorded::render).collect();
     Json(json!({"requests": requests}))
+}
+
+/// A request as it was received. It is parsed for `/_scripted/requests` only when that is
+/// asked for: keeping the bytes costs the hot path nothing (a benchmark's thousands of
+/// requests went through a deep copy of each parsed body before).
+#[derive(Clone)]
+struct Recorded {
+    scenario: String,
+    turn: usize,
+    received_at_us: u64,
+    raw: Bytes,
+    traceparent: Option<String>,
+}
+
+impl Recorded {
+    /// Its entry: the parsed body, and the exact bytes the client sent for `tools` and
+    /// `messages` (`raw_tools`, `raw_messages`), so tests can check byte stability.
+    fn render(&self) -> Value {
+        let body: Value = serde_json::from_slice(&self.raw).unwrap_or_default();
+        let fields: HashMap<String, &RawValue> =
+            serde_json::from_slice(&self.raw).unwrap_or_default();
+        let text = |key: &str| fields.get(key).map(|r| r.get().to_owned());
+        json!({
+            "scenario": self.scenario,
+            "turn": self.turn,
+            "received_at_us": self.received_at_us,
+            "body": body,
+            "raw_tools": text("tools"),
+            "raw_messages": text("messages"),
+            "traceparent": self.traceparent,
+        })
+    }
+}
+
+/// The `tools` and `messages` of a request as the client wrote them.
+#[derive(Deserialize)]
+struct RawParts<'a> {
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Vec<&'a RawValue>,
 }
 
 async fn load_scenarios(
@@ -145,7 +189,10 @@ struct Asked {
     prompt: Vec<u8>,
 }
 
-fn read_request(body: &Value) -> Result<Asked, String> {
+/// What a request asks; the prompt and the conversation's key are taken from the bytes the
+/// client sent (`raw`, the body `body` was parsed from), as a real server's prompt cache sees
+/// them.
+fn read_request(body: &Value, raw: &[u8]) -> Result<Asked, String> {
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
@@ -160,16 +207,17 @@ fn read_request(body: &Value) -> Result<Asked, String> {
         .unwrap_or_default()
         .to_owned();
     let turn = crate::scenario::turn_of(messages);
+    let parts: RawParts = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
     let mut conversation = Sha256::new();
-    for message in &messages[..=first_user_at] {
-        conversation.update(message.to_string().as_bytes());
+    for message in &parts.messages[..=first_user_at] {
+        conversation.update(message.get().as_bytes());
     }
-    let mut prompt = body
-        .get("tools")
-        .map(|t| t.to_string().into_bytes())
+    let mut prompt = parts
+        .tools
+        .map(|t| t.get().as_bytes().to_vec())
         .unwrap_or_default();
-    for message in messages {
-        prompt.extend_from_slice(message.to_string().as_bytes());
+    for message in &parts.messages {
+        prompt.extend_from_slice(message.get().as_bytes());
     }
     Ok(Asked {
         model: body
@@ -202,7 +250,7 @@ async fn chat(
         Ok(body) => body,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid JSON: {e}")),
     };
-    let mut asked = match read_request(&body) {
+    let mut asked = match read_request(&body, &raw) {
         Ok(asked) => asked,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
@@ -226,7 +274,7 @@ async fn chat(
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    server.record(&body, &raw, &scenario_name, asked.turn, traceparent);
+    server.record(raw.clone(), &scenario_name, asked.turn, traceparent);
     let served = server.count(
         &format!("{}:{scenario_name}", asked.conversation),
         asked.turn,
@@ -278,19 +326,8 @@ async fn chat(
 }
 
 impl Server {
-    /// Keep a request: its parsed body, and the exact bytes the client sent for `tools` and
-    /// `messages` (`raw_tools`, `raw_messages`), so tests can check byte stability.
-    fn record(
-        &self,
-        body: &Value,
-        raw: &[u8],
-        scenario: &str,
-        turn: usize,
-        traceparent: Option<String>,
-    ) {
-        let fields: std::collections::HashMap<String, &serde_json::value::RawValue> =
-            serde_json::from_slice(raw).unwrap_or_default();
-        let text = |key: &str| fields.get(key).map(|r| r.get().to_owned());
+    /// Keep a request for `/_scripted/requests` ([`Recorded`]).
+    fn record(&self, raw: Bytes, scenario: &str, turn: usize, traceparent: Option<String>) {
         let mut requests = self.requests.lock().expect("lock");
         if requests.len() == MAX_RECORDED {
             requests.pop_front();
@@ -299,15 +336,13 @@ impl Server {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
-        requests.push_back(json!({
-            "scenario": scenario,
-            "turn": turn,
-            "received_at_us": received_at_us,
-            "body": body,
-            "raw_tools": text("tools"),
-            "raw_messages": text("messages"),
-            "traceparent": traceparent,
-        }));
+        requests.push_back(Recorded {
+            scenario: scenario.to_owned(),
+            turn,
+            received_at_us,
+            raw,
+            traceparent,
+        });
     }
 
     /// How many requests of this conversation's turn have been answered, this one included.
