@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use maestro_domain::{EventKind, JobId, JobStatus, Owner, TaskId};
+use maestro_domain::{EventKind, JobStatus};
 use maestro_testkit::{Service, Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
 
@@ -150,31 +150,11 @@ async fn a_job_committed_but_never_dispatched_is_dispatched_by_the_scheduler() {
 
     // Commit a task and its job the way the gateway does, but never publish the dispatch:
     // what a gateway crash between commit and publish leaves behind.
-    let (task_id, job_id) = (TaskId::new(), JobId::new());
-    let owner = Owner::parse("alice").expect("owner");
-    let new = maestro_db::tasks::NewTask {
-        id: task_id,
-        job_id,
-        owner: &owner,
-        instruction: "finish at once",
-        piece: "chat",
-        start_movement: None,
-        model: None,
-        idempotency_key: None,
-        request_hash: "-",
-        profile: "default",
-        space_id: None,
-        visibility: maestro_domain::Visibility::Private,
-        max_attempts: 3,
-        context_id: None,
-        message_id: None,
-        push: None,
-        attachments: &[],
-    };
-    let created = maestro_db::tasks::create(&stack.db.pool, &new)
+    let (task_id, _) = stack
+        .db
+        .queued_task("alice", "finish at once")
         .await
         .expect("insert");
-    assert!(created.is_some(), "task inserted");
 
     // The scheduler dispatched the job and a worker ran it.
     let done = stack
