@@ -2,8 +2,10 @@
 //! run out, the last JetStream delivery failing the job, a missing tool-runner waited for in
 //! `retry`, a paused ("zombie") worker that is fenced when it wakes, a worker drained by
 //! SIGTERM that hands its job over at once, every service exiting 0 on SIGTERM (and at once on
-//! a second one), and the stack riding out a NATS restart and a Postgres restart without
-//! losing anything it accepted.
+//! a second one), the stack riding out a NATS restart and a Postgres restart without
+//! losing anything it accepted, and dispatch hints: a job started as its dispatch is
+//! published, its JetStream delivery settled with that run's outcome, and hints off while
+//! another worker serves the profile.
 
 use std::time::Duration;
 
@@ -551,4 +553,142 @@ async fn claims_made_together_take_each_job_once_with_its_own_event() {
             .is_empty(),
         "held jobs are not taken"
     );
+}
+
+/// How many dispatches `instance` took by path `via` (`hint`, `jetstream`).
+async fn dispatches(stack: &Stack, instance: &str, via: &str) -> u64 {
+    let label = format!("via=\"{via}\"");
+    stack
+        .scrape(instance)
+        .await
+        .lines()
+        .filter(|line| line.starts_with("maestro_dispatches_total{") && line.contains(&label))
+        .find_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map_or(0, |n| n as u64)
+}
+
+fn log_lines(stack: &mut Stack, instance: &str) -> Vec<Value> {
+    std::fs::read_to_string(stack.process(instance).log_path())
+        .expect("the log")
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+/// Wait until `instance`'s log has a line whose message is `message`.
+async fn wait_for_log(stack: &mut Stack, instance: &str, message: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !log_lines(stack, instance)
+        .iter()
+        .any(|line| line["message"] == message)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{instance} never logged {message:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wait until the jobs work queue holds nothing: every dispatch was acknowledged.
+async fn wait_for_settled_dispatches(stack: &Stack) {
+    let nats = stack.nats.client().await.expect("connect to NATS");
+    let js = async_nats::jetstream::new(nats);
+    let name = maestro_messaging::Subjects::new(&stack.prefix)
+        .expect("the prefix")
+        .stream(maestro_messaging::setup::JOBS);
+    let mut stream = js.get_stream(&name).await.expect("the jobs stream");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = stream.info().await.expect("stream info").state.messages;
+        if left == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{left} dispatches never acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every job calls a read-only tool, then completes.
+fn quick_jobs() -> Value {
+    json!({"scenarios": [{
+        "name": "quick",
+        "turns": [
+            {"tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+        ]
+    }]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_hint_starts_the_job_and_its_delivery_settles_with_it() {
+    let mut stack = Stack::up(StackOptions::new(quick_jobs())).await;
+    wait_for_log(&mut stack, "worker", "dispatch hints on").await;
+    for n in 0..3 {
+        let task = stack
+            .run(&json!({"instruction": format!("hinted {n}")}))
+            .await;
+        assert_eq!(task.job().status, JobStatus::Succeeded, "{task:?}");
+        assert_eq!(task.job().attempt, 1);
+        // Its one dispatch was acknowledged, whichever path brought it first.
+        wait_for_settled_dispatches(&stack).await;
+        let events = stack.events(task.id()).await;
+        assert_consistent(&events);
+        assert_eq!(job_states(&events), ["queued", "running", "succeeded"]);
+    }
+    let (hinted, delivered) = (
+        dispatches(&stack, "worker", "hint").await,
+        dispatches(&stack, "worker", "jetstream").await,
+    );
+    assert_eq!(hinted + delivered, 3, "each job taken once");
+    // The hint comes as the dispatch is published, before JetStream delivers it.
+    assert!(hinted > 0, "no job was started by its hint");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hints_are_off_while_another_worker_serves_the_profile() {
+    let options = StackOptions::new(quick_jobs()).env("WORKER_DISPATCH_HINTS", "true");
+    let mut stack = Stack::up(options).await;
+    wait_for_log(&mut stack, "worker", "dispatch hints on").await;
+    stack.add(Service::Worker, "worker-b").await;
+    wait_for_log(&mut stack, "worker", "dispatch hints off").await;
+
+    for n in 0..3 {
+        let task = stack
+            .run(&json!({"instruction": format!("shared {n}")}))
+            .await;
+        assert_eq!(task.job().status, JobStatus::Succeeded, "{task:?}");
+    }
+    wait_for_settled_dispatches(&stack).await;
+    let mut by_path = (0, 0);
+    for instance in ["worker", "worker-b"] {
+        by_path.0 += dispatches(&stack, instance, "hint").await;
+        by_path.1 += dispatches(&stack, instance, "jetstream").await;
+    }
+    assert_eq!(by_path, (0, 3), "no hint followed, each job delivered once");
+
+    // Alone again once the other has stopped (it says so as it exits).
+    let exit = stack
+        .process("worker-b")
+        .terminate(Duration::from_secs(10))
+        .await
+        .expect("worker b exits");
+    assert!(exit.success(), "{exit:?}");
+    let ons = |stack: &mut Stack| {
+        log_lines(stack, "worker")
+            .iter()
+            .filter(|line| line["message"] == "dispatch hints on")
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ons(&mut stack) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "hints never back on"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -19,6 +19,9 @@ pub struct Settings {
     pub models: Vec<String>,
     /// Jobs run at once by this process.
     pub concurrency: usize,
+    /// Start a job when its dispatch is published, not only when JetStream delivers it
+    /// (`WORKER_DISPATCH_HINTS`, default on; see `hints.rs`).
+    pub dispatch_hints: bool,
     /// JetStream `ack_wait` of the jobs consumer; also the job lease, renewed at a third of it.
     pub ack_wait: Duration,
     /// JetStream `max_deliver` of the jobs consumer.
@@ -112,6 +115,7 @@ impl Settings {
             profiles,
             models,
             concurrency: env.parse("WORKER_CONCURRENCY", 32)?,
+            dispatch_hints: env.parse("WORKER_DISPATCH_HINTS", true)?,
             ack_wait: env.millis("JOB_ACK_WAIT_MS", Duration::from_secs(30))?,
             max_deliver: env.parse("JOB_MAX_DELIVER", 20)?,
             llm: LlmConfig {

@@ -2,7 +2,7 @@
 //! consumer runner. The dispatch is acknowledged only after the job's state is committed.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -13,21 +13,42 @@ use maestro_messaging::payloads::JobDispatch;
 use maestro_messaging::{Delivery, Handler, Outcome};
 use maestro_runtime::metrics::transition;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use crate::agent::Shared as Deps;
 use crate::agent::{self, EarlyContext, JobEnd, JobError};
+use crate::hints::{Held, HintHold, Take};
 use crate::signals::JobSignals;
 
 /// Handles job dispatches.
 #[derive(Debug)]
 pub struct JobHandler {
     deps: Deps,
+    /// The jobs held here, and by which path (see [`crate::hints`]).
+    held: Held,
+    /// The runs hints started.
+    hinted: TaskTracker,
+    /// No other worker serves this worker's profiles: it follows hints (see [`crate::hints`]).
+    alone: AtomicBool,
 }
 
 impl JobHandler {
     pub fn new(deps: Deps) -> Self {
-        Self { deps }
+        Self {
+            deps,
+            held: Held::default(),
+            hinted: TaskTracker::new(),
+            alone: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this worker is alone on its profiles now (it follows hints only then).
+    pub fn set_alone(&self, alone: bool) {
+        if self.alone.swap(alone, Ordering::Relaxed) != alone {
+            let hints = if alone { "on" } else { "off" };
+            tracing::info!(alone, "dispatch hints {hints}");
+        }
     }
 
     fn lease(&self) -> Duration {
@@ -84,29 +105,20 @@ impl Handler for JobHandler {
             Ok(dispatch) => dispatch,
             Err(e) => return Outcome::Poison(format!("malformed dispatch: {e}")),
         };
-        tracing::debug!(job_id = %dispatch.job_id, "dispatch received");
-        if self.deps.release.is_cancelled() {
-            // Shutting down: leave the job to another worker at once.
-            return Outcome::Retry(Duration::ZERO);
-        }
-        // A new job's first delivery opens the job: its workspace context is read while the
-        // claim is made, not after (a hop off the path to the first LLM call) — unless the
-        // task is new with an empty workspace of its own, which has none to read.
-        let early = (dispatch.attempt == 0 && !dispatch.fresh)
-            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
-        let claimed = match self.claim(&dispatch, delivery.is_last_attempt()).await {
-            Ok(claimed) => claimed,
-            Err(outcome) => return outcome,
+        tracing::debug!(job_id = %dispatch.job_id, via = "jetstream", "dispatch received");
+        let _hold = match self.held.delivery(dispatch.job_id) {
+            // A hint started the job: this delivery settles as that run did.
+            Take::Hinted(ending) => match ending.outcome().await {
+                Some(outcome) => return outcome,
+                None => None,
+            },
+            Take::Held(hold) => {
+                dispatch_taken("jetstream");
+                Some(hold)
+            }
+            Take::Again => None,
         };
-        let span = tracing::info_span!(
-            "job",
-            task_id = %claimed.task_id,
-            job_id = %claimed.job_id,
-            attempt = claimed.attempt
-        );
-        self.run_claimed(claimed, delivery.is_last_attempt(), early)
-            .instrument(span)
-            .await
+        self.take(&dispatch, delivery.is_last_attempt()).await
     }
 
     async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
@@ -126,7 +138,109 @@ impl Handler for JobHandler {
 }
 
 impl JobHandler {
+    /// Claim the dispatched job and run it; the outcome is what its delivery does.
+    async fn take(&self, dispatch: &JobDispatch, last: bool) -> Outcome {
+        if self.deps.release.is_cancelled() {
+            // Shutting down: leave the job to another worker at once.
+            return Outcome::Retry(Duration::ZERO);
+        }
+        // A new job's first delivery opens the job: its workspace context is read while the
+        // claim is made, not after (a hop off the path to the first LLM call) — unless the
+        // task is new with an empty workspace of its own, which has none to read.
+        let early = (dispatch.attempt == 0 && !dispatch.fresh)
+            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
+        let claimed = match self.claim(dispatch, last).await {
+            Ok(claimed) => claimed,
+            Err(outcome) => return outcome,
+        };
+        self.run_claimed(claimed, last, early).await
+    }
+
+    /// Follow the dispatches of this worker's profiles as they are published (see
+    /// [`crate::hints`]) until `shutdown`; each one this worker has room for starts at once.
+    pub async fn follow_hints(
+        self: Arc<Self>,
+        mut hints: impl futures::Stream<Item = async_nats::Message> + Unpin,
+        shutdown: CancellationToken,
+    ) {
+        use futures::StreamExt as _;
+        loop {
+            let hint = tokio::select! {
+                hint = hints.next() => hint,
+                () = shutdown.cancelled() => return,
+            };
+            let Some(hint) = hint else { return };
+            if self.deps.release.is_cancelled() || !self.alone.load(Ordering::Relaxed) {
+                continue;
+            }
+            // A malformed one is its delivery's to dead-letter.
+            let Ok(dispatch) = serde_json::from_slice::<JobDispatch>(&hint.payload) else {
+                continue;
+            };
+            let Some(hold) = self
+                .held
+                .hint(dispatch.job_id, self.deps.settings.concurrency)
+            else {
+                continue;
+            };
+            let span = tracing::info_span!("hint", job_id = %dispatch.job_id);
+            maestro_messaging::trace::adopt(&span, hint.headers.as_ref());
+            let this = self.clone();
+            self.hinted
+                .spawn(async move { this.run_hinted(dispatch, hold).await }.instrument(span));
+        }
+    }
+
+    async fn run_hinted(self: Arc<Self>, dispatch: JobDispatch, hold: HintHold) {
+        tracing::debug!(job_id = %dispatch.job_id, via = "hint", "dispatch received");
+        dispatch_taken("hint");
+        // A hint comes from a publish, so its delivery will be the message's first.
+        let last = self.deps.settings.max_deliver == 1;
+        let early = (dispatch.attempt == 0 && !dispatch.fresh)
+            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
+        let claimed = match self.claim(&dispatch, last).await {
+            Ok(claimed) => claimed,
+            Err(_) => {
+                self.held.forget(&hold);
+                hold.end(None);
+                return;
+            }
+        };
+        let outcome = self.run_claimed(claimed, last, early).await;
+        hold.end(Some(outcome));
+        // Its delivery normally takes the end within milliseconds. One that went to another
+        // worker finds the job leased or settled there; past this, one that comes here
+        // claims on its own and finds the same.
+        tokio::spawn(async move {
+            tokio::time::sleep(self.lease()).await;
+            self.held.forget(&hold);
+        });
+    }
+
+    /// Wait for the jobs hints started (after the hints have stopped).
+    pub async fn hinted_done(&self) {
+        self.hinted.close();
+        self.hinted.wait().await;
+    }
+
     async fn run_claimed(
+        &self,
+        claimed: Claimed,
+        last: bool,
+        early: Option<EarlyContext>,
+    ) -> Outcome {
+        let span = tracing::info_span!(
+            "job",
+            task_id = %claimed.task_id,
+            job_id = %claimed.job_id,
+            attempt = claimed.attempt
+        );
+        self.run_in_span(claimed, last, early)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_in_span(
         &self,
         claimed: Claimed,
         last: bool,
@@ -228,6 +342,11 @@ async fn keep_lease(
             Err(e) => tracing::warn!(error = %e, "cannot renew the job lease"),
         }
     }
+}
+
+/// Count a dispatch taken, by the path that brought it first.
+fn dispatch_taken(via: &'static str) {
+    metrics::counter!(maestro_runtime::metrics::DISPATCHES, "via" => via).increment(1);
 }
 
 fn until(at: chrono::DateTime<Utc>) -> Duration {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod conversation;
 pub mod deltas;
 pub mod handler;
+pub mod hints;
 pub mod signals;
 #[cfg(test)]
 mod testing;
@@ -91,6 +92,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         mcp_tools.clone(),
         shutdown.clone(),
     ));
+    let hints = if settings.dispatch_hints {
+        Some(hint_subscriptions(&bus, &settings.profiles).await?)
+    } else {
+        None
+    };
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool: pool.clone(),
         bus,
@@ -105,6 +111,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         signals,
         claimer,
     }));
+    let hints = hints.map(|hints| {
+        tokio::spawn(watch_company(
+            pool.clone(),
+            worker.clone(),
+            handler.clone(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(handler.clone().follow_hints(hints, shutdown.clone()))
+    });
     maestro_runtime::announce_ready("worker", None);
     futures::future::join_all(consumers.into_iter().map(|consumer| {
         maestro_messaging::consumer::run(
@@ -115,11 +130,60 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         )
     }))
     .await;
+    if let Some(hints) = hints {
+        let _ = hints.await;
+        handler.hinted_done().await;
+    }
     heartbeat.abort();
     if let Err(e) = maestro_db::workers::gone(&pool, &worker.0).await {
         tracing::warn!(error = %e, "cannot say this worker has stopped");
     }
     Ok(())
+}
+
+/// The dispatches of `profiles` as they are published (see [`hints`]): a core queue
+/// subscription per profile, one worker of the group hearing each.
+async fn hint_subscriptions(
+    bus: &maestro_messaging::Bus,
+    profiles: &[String],
+) -> anyhow::Result<futures::stream::SelectAll<async_nats::Subscriber>> {
+    let mut subscriptions = Vec::with_capacity(profiles.len());
+    for profile in profiles {
+        let subscription = bus
+            .nats
+            .queue_subscribe(bus.subjects.dispatch(profile), format!("workers_{profile}"))
+            .await
+            .context("subscribe to the dispatch hints")?;
+        subscriptions.push(subscription);
+    }
+    Ok(futures::stream::select_all(subscriptions))
+}
+
+/// Follow dispatch hints only while no other worker serves this worker's profiles (looked at
+/// every second): with company, a job a hint started here could have its JetStream delivery
+/// taken by the other worker, which finds the job leased and looks again only when the lease
+/// runs out — a retry or hand-back of the job would wait for that.
+async fn watch_company(
+    pool: maestro_db::PgPool,
+    (id, profiles, _): (String, Vec<String>, Vec<String>),
+    handler: Arc<handler::JobHandler>,
+    shutdown: CancellationToken,
+) {
+    let recently = maestro_db::workers::HEARTBEAT * 3;
+    let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        match maestro_db::workers::others_serving(&pool, &id, &profiles, recently).await {
+            Ok(others) => handler.set_alone(!others),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether other workers serve these profiles");
+                handler.set_alone(false);
+            }
+        }
+    }
 }
 
 /// Say every [`maestro_db::workers::HEARTBEAT`] that this worker is up and what it serves.

@@ -42,3 +42,28 @@ pub async fn gone(pool: &PgPool, id: &str) -> Result<(), DbError> {
     .await?;
     Ok(())
 }
+
+/// Whether a worker other than `id` seen within `within` serves one of `profiles`. A worker
+/// alone on its profiles starts jobs from their dispatch hints (the worker's `hints.rs`).
+pub async fn others_serving(
+    pool: &PgPool,
+    id: &str,
+    profiles: &[String],
+    within: std::time::Duration,
+) -> Result<bool, DbError> {
+    let others = sqlx::query_scalar!(
+        r#"
+        SELECT EXISTS (
+            SELECT 1 FROM workers
+             WHERE id <> $1 AND profiles && $2
+               AND seen_at > now() - make_interval(secs => $3)
+        ) AS "others!"
+        "#,
+        id,
+        profiles,
+        within.as_secs_f64(),
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(others)
+}

@@ -58,6 +58,8 @@ pub const HTTP_REQUESTS: &str = "maestro_http_requests_total";
 pub const WEBHOOK_DELIVERIES: &str = "maestro_webhook_deliveries_total";
 /// Scheduled runs started (`outcome`: started, skipped).
 pub const SCHEDULE_FIRES: &str = "maestro_schedule_fires_total";
+/// Job dispatches a worker took (`via`: hint, jetstream; docs/architecture.md#dispatch-hints).
+pub const DISPATCHES: &str = "maestro_dispatches_total";
 
 /// Every metric MAESTRO records, with its help text (dashboards and alerts use only these).
 pub const HELP: &[(&str, &str)] = &[
@@ -71,6 +73,10 @@ pub const HELP: &[(&str, &str)] = &[
         "A job's run on a worker, from claim to its end or pause.",
     ),
     (ITERATION_DURATION, "One iteration of the movement loop."),
+    (
+        DISPATCHES,
+        "Job dispatches a worker took, by the path that brought each first.",
+    ),
     (LLM_DURATION, "A streaming LLM call, request to last event."),
     (
         LLM_FIRST_TOKEN,
