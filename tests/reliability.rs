@@ -575,12 +575,14 @@ fn log_lines(stack: &mut Stack, instance: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Wait until `instance`'s log has a line whose message is `message`.
-async fn wait_for_log(stack: &mut Stack, instance: &str, message: &str) {
+/// Wait until `instance`'s log has `times` lines whose message is `message`.
+async fn wait_for_log(stack: &mut Stack, instance: &str, message: &str, times: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !log_lines(stack, instance)
+    while log_lines(stack, instance)
         .iter()
-        .any(|line| line["message"] == message)
+        .filter(|line| line["message"] == message)
+        .count()
+        < times
     {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -626,7 +628,7 @@ fn quick_jobs() -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatch_hint_starts_the_job_and_its_delivery_settles_with_it() {
     let mut stack = Stack::up(StackOptions::new(quick_jobs())).await;
-    wait_for_log(&mut stack, "worker", "dispatch hints on").await;
+    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
     for n in 0..3 {
         let task = stack
             .run(&json!({"instruction": format!("hinted {n}")}))
@@ -652,9 +654,9 @@ async fn a_dispatch_hint_starts_the_job_and_its_delivery_settles_with_it() {
 async fn hints_are_off_while_another_worker_serves_the_profile() {
     let options = StackOptions::new(quick_jobs()).env("WORKER_DISPATCH_HINTS", "true");
     let mut stack = Stack::up(options).await;
-    wait_for_log(&mut stack, "worker", "dispatch hints on").await;
+    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
     stack.add(Service::Worker, "worker-b").await;
-    wait_for_log(&mut stack, "worker", "dispatch hints off").await;
+    wait_for_log(&mut stack, "worker", "dispatch hints off", 1).await;
 
     for n in 0..3 {
         let task = stack
@@ -677,18 +679,5 @@ async fn hints_are_off_while_another_worker_serves_the_profile() {
         .await
         .expect("worker b exits");
     assert!(exit.success(), "{exit:?}");
-    let ons = |stack: &mut Stack| {
-        log_lines(stack, "worker")
-            .iter()
-            .filter(|line| line["message"] == "dispatch hints on")
-            .count()
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while ons(&mut stack) < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "hints never back on"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_log(&mut stack, "worker", "dispatch hints on", 2).await;
 }

@@ -144,16 +144,20 @@ impl JobHandler {
             // Shutting down: leave the job to another worker at once.
             return Outcome::Retry(Duration::ZERO);
         }
-        // A new job's first delivery opens the job: its workspace context is read while the
-        // claim is made, not after (a hop off the path to the first LLM call) — unless the
-        // task is new with an empty workspace of its own, which has none to read.
-        let early = (dispatch.attempt == 0 && !dispatch.fresh)
-            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
+        let early = self.early_context(dispatch);
         let claimed = match self.claim(dispatch, last).await {
             Ok(claimed) => claimed,
             Err(outcome) => return outcome,
         };
         self.run_claimed(claimed, last, early).await
+    }
+
+    /// A new job's first dispatch opens the job: its workspace context is read while the
+    /// claim is made, not after (a hop off the path to the first LLM call) — unless the task
+    /// is new with an empty workspace of its own, which has none to read.
+    fn early_context(&self, dispatch: &JobDispatch) -> Option<EarlyContext> {
+        (dispatch.attempt == 0 && !dispatch.fresh)
+            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id))
     }
 
     /// Follow the dispatches of this worker's profiles as they are published (see
@@ -196,8 +200,7 @@ impl JobHandler {
         dispatch_taken("hint");
         // A hint comes from a publish, so its delivery will be the message's first.
         let last = self.deps.settings.max_deliver == 1;
-        let early = (dispatch.attempt == 0 && !dispatch.fresh)
-            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
+        let early = self.early_context(&dispatch);
         let claimed = match self.claim(&dispatch, last).await {
             Ok(claimed) => claimed,
             Err(_) => {
@@ -208,9 +211,13 @@ impl JobHandler {
         };
         let outcome = self.run_claimed(claimed, last, early).await;
         hold.end(Some(outcome));
-        // Its delivery normally takes the end within milliseconds. One that went to another
+        // Its delivery has usually taken the end already (it came while the job ran). One
+        // still to come normally takes it within milliseconds; one that went to another
         // worker finds the job leased or settled there; past this, one that comes here
         // claims on its own and finds the same.
+        if !self.held.waits(&hold) {
+            return;
+        }
         tokio::spawn(async move {
             tokio::time::sleep(self.lease()).await;
             self.held.forget(&hold);

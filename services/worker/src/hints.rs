@@ -80,6 +80,12 @@ impl Held {
         Some(HintHold { job, id, end })
     }
 
+    /// Whether a hint's hold still waits for its delivery.
+    pub fn waits(&self, hold: &HintHold) -> bool {
+        let jobs = self.jobs.lock().expect("lock");
+        matches!(jobs.get(&hold.job), Some(Holder::Hint { id, .. }) if *id == hold.id)
+    }
+
     /// Let go of a hint's hold if its delivery has not taken it (it went to another worker,
     /// or has not come yet: it will claim on its own).
     pub fn forget(&self, hold: &HintHold) {
@@ -89,13 +95,9 @@ impl Held {
         }
     }
 
-    /// Jobs held now.
-    pub fn len(&self) -> usize {
-        self.jobs.lock().expect("lock").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.jobs.lock().expect("lock").is_empty()
     }
 }
 
@@ -153,16 +155,28 @@ mod tests {
         JobId::new()
     }
 
+    /// A hint of a new job, and its delivery waiting for the hinted run.
+    fn hinted(held: &Held) -> (JobId, HintHold, Ending) {
+        let job = job();
+        let hold = held.hint(job, 8).expect("nothing holds the job");
+        let Take::Hinted(ending) = held.delivery(job) else {
+            panic!("the delivery must wait for the hint");
+        };
+        (job, hold, ending)
+    }
+
     #[tokio::test]
     async fn a_delivery_settles_with_the_hinted_runs_outcome() {
         let held = Held::default();
         let job = job();
         let hold = held.hint(job, 8).expect("nothing holds the job");
         assert!(held.hint(job, 8).is_none(), "one hint per job");
+        assert!(held.waits(&hold), "no delivery yet");
         let Take::Hinted(ending) = held.delivery(job) else {
             panic!("the delivery must wait for the hint");
         };
         assert!(held.is_empty(), "the delivery took the hold over");
+        assert!(!held.waits(&hold));
         hold.end(Some(Outcome::Retry(std::time::Duration::from_secs(3))));
         assert_eq!(
             ending.outcome().await,
@@ -175,11 +189,7 @@ mod tests {
     #[tokio::test]
     async fn a_hint_that_claimed_nothing_leaves_the_job_to_its_delivery() {
         let held = Held::default();
-        let job = job();
-        let hold = held.hint(job, 8).expect("nothing holds the job");
-        let Take::Hinted(ending) = held.delivery(job) else {
-            panic!("the delivery must wait for the hint");
-        };
+        let (job, hold, ending) = hinted(&held);
         hold.end(None);
         assert_eq!(ending.outcome().await, None);
         drop(hold);
@@ -191,11 +201,7 @@ mod tests {
     #[tokio::test]
     async fn a_hint_that_stopped_without_an_end_leaves_the_job_to_its_delivery() {
         let held = Held::default();
-        let job = job();
-        let hold = held.hint(job, 8).expect("nothing holds the job");
-        let Take::Hinted(ending) = held.delivery(job) else {
-            panic!("the delivery must wait for the hint");
-        };
+        let (_, hold, ending) = hinted(&held);
         drop(hold);
         assert_eq!(ending.outcome().await, None);
     }
