@@ -53,9 +53,9 @@ pub struct ClusterReport {
     /// Clients that saw an event twice, out of order, or missed one.
     pub sse_violations: Vec<String>,
     pub webhook_deliveries: usize,
-    /// Succeeded tasks whose `task.succeeded` never arrived.
+    /// Succeeded jobs whose `task.succeeded` never arrived.
     pub webhooks_missing: usize,
-    /// Tasks whose `task.succeeded` deliveries carried different `webhook-id`s.
+    /// Succeeded jobs whose `task.succeeded` deliveries carried different `webhook-id`s.
     pub webhook_id_violations: usize,
 }
 
@@ -82,7 +82,7 @@ impl fmt::Display for ClusterReport {
         )?;
         writeln!(
             f,
-            "webhooks:             {} deliveries, {} succeeded tasks never told, {} with two webhook-ids",
+            "webhooks:             {} deliveries, {} succeeded jobs never told, {} with two webhook-ids",
             self.webhook_deliveries, self.webhooks_missing, self.webhook_id_violations
         )?;
         write!(
@@ -383,7 +383,7 @@ async fn watch(
     watched
 }
 
-/// Every delivery: `(webhook-id, type, task_id)`.
+/// Every delivery: `(webhook-id, type, job_id)`.
 type Deliveries = Arc<Mutex<Vec<(String, String, String)>>>;
 
 async fn webhook_sink() -> anyhow::Result<(String, Deliveries)> {
@@ -402,8 +402,8 @@ async fn webhook_sink() -> anyhow::Result<(String, Deliveries)> {
                         .to_owned();
                     let payload: Value = serde_json::from_slice(&body).unwrap_or_default();
                     let kind = payload["type"].as_str().unwrap_or("").to_owned();
-                    let task = payload["data"]["task_id"].as_str().unwrap_or("").to_owned();
-                    recorded.lock().expect("lock").push((id, kind, task));
+                    let job = payload["data"]["job_id"].as_str().unwrap_or("").to_owned();
+                    recorded.lock().expect("lock").push((id, kind, job));
                     "ok"
                 }
             },
@@ -415,24 +415,25 @@ async fn webhook_sink() -> anyhow::Result<(String, Deliveries)> {
     Ok((url, deliveries))
 }
 
-/// Every succeeded task told once or more, always under one `webhook-id` (waiting up to 60 s
-/// for deliveries the faults delayed).
+/// Every succeeded job's task told once or more, always under one `webhook-id` per job
+/// (waiting up to 60 s for deliveries the faults delayed). A comment on a finished task starts
+/// a follow-up job, whose success is a notice of its own.
 async fn check_webhooks(
     stack: &Stack,
     hooks: &Deliveries,
     report: &mut ClusterReport,
 ) -> anyhow::Result<()> {
     let succeeded: Vec<String> =
-        sqlx::query_scalar("SELECT DISTINCT task_id::text FROM jobs WHERE status = 'succeeded'")
+        sqlx::query_scalar("SELECT id::text FROM jobs WHERE status = 'succeeded'")
             .fetch_all(&stack.db.pool)
             .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let deliveries = hooks.lock().expect("lock").clone();
         let mut ids: HashMap<&str, BTreeMap<&str, usize>> = HashMap::new();
-        for (id, kind, task) in &deliveries {
+        for (id, kind, job) in &deliveries {
             if kind == "task.succeeded" {
-                *ids.entry(task.as_str())
+                *ids.entry(job.as_str())
                     .or_default()
                     .entry(id.as_str())
                     .or_default() += 1;
@@ -441,7 +442,7 @@ async fn check_webhooks(
         report.webhook_deliveries = deliveries.len();
         report.webhooks_missing = succeeded
             .iter()
-            .filter(|task| !ids.contains_key(task.as_str()))
+            .filter(|job| !ids.contains_key(job.as_str()))
             .count();
         report.webhook_id_violations = ids.values().filter(|by_id| by_id.len() > 1).count();
         if report.webhooks_missing == 0 || Instant::now() >= deadline {
