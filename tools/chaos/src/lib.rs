@@ -65,6 +65,9 @@ impl ChaosOptions {
 #[derive(Debug, Default)]
 pub struct ChaosReport {
     pub jobs: usize,
+    /// Jobs a comment started after its task's job had ended (docs/api.md: a comment that the
+    /// harness retried while a gateway was down can arrive after the job succeeded).
+    pub follow_ups: i64,
     pub kills: usize,
     pub pauses: usize,
     pub nats_restarts: usize,
@@ -114,7 +117,11 @@ impl ChaosReport {
 
 impl fmt::Display for ChaosReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "jobs:                 {}", self.jobs)?;
+        writeln!(
+            f,
+            "jobs:                 {} (+ {} follow-ups started by a late comment)",
+            self.jobs, self.follow_ups
+        )?;
         writeln!(
             f,
             "disruptions:          {} kills, {} worker pauses, {} NATS restarts, {} Postgres restarts over {:.1} s",
@@ -498,6 +505,8 @@ async fn check(stack: &Stack, accepted: &[String], report: &mut ChaosReport) -> 
         "SELECT count(*) FROM jobs WHERE status = 'succeeded'",
     )
     .await?;
+    // The harness never continues a task: any later job of one is a comment's follow-up.
+    report.follow_ups = scalar(stack, "SELECT count(*) FROM jobs WHERE job_no > 1").await?;
     report.failed =
         sqlx::query_scalar("SELECT coalesce(error, '?') FROM jobs WHERE status = 'failed'")
             .fetch_all(&stack.db.pool)
