@@ -1,15 +1,14 @@
 //! Building and serving the gateway: routes, middleware, the listener.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::Request;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
-use tower_http::trace::TraceLayer;
+use tracing::Instrument as _;
 
 use crate::config::Settings;
 use crate::routes;
@@ -161,34 +160,48 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::a2a::router())
         .merge(crate::ui::router())
         .layer(DefaultBodyLimit::max(state.settings.max_body_bytes))
-        .layer(axum::middleware::from_fn(count_request))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                let span = tracing::info_span!(
-                    "http",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    owner = tracing::field::Empty
-                );
-                maestro_runtime::http_trace::adopt(&span, request.headers());
-                span
-            }),
-        )
+        .layer(axum::middleware::from_fn(observe))
         .with_state(state)
 }
 
-/// Count each answered request by method, matched route (the template, never the ids in it)
-/// and status.
-async fn count_request(
+/// Each request in an `http` span (a child of the caller's `traceparent`, if it sent one)
+/// around its handler, logged (`debug`, `error` for a 5xx) and counted by method, matched route
+/// (the template, never the ids in it) and status when its response head is ready.
+///
+/// The span ends with the handler, not with the body: an SSE response's body lasts as long as
+/// its client stays, and a span around it would be kept (~1 KiB) and entered for every frame
+/// for that long (tower-http's `TraceLayer` does both; docs/performance.md#streams-maestro-bench-sse).
+async fn observe(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    let span = tracing::info_span!(
+        "http",
+        method = %request.method(),
+        path = %request.uri().path(),
+        owner = tracing::field::Empty
+    );
+    maestro_runtime::http_trace::adopt(&span, request.headers());
     let method = request.method().as_str().to_owned();
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let response = next.run(request).await;
+    let started = Instant::now();
+    let response = async {
+        tracing::debug!("started processing request");
+        let response = next.run(request).await;
+        let status = response.status().as_u16();
+        let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+        if response.status().is_server_error() {
+            tracing::error!(status, latency_ms, "response failed");
+        } else {
+            tracing::debug!(status, latency_ms, "finished processing request");
+        }
+        response
+    }
+    .instrument(span)
+    .await;
     let status = response.status().as_u16().to_string();
     metrics::counter!(maestro_runtime::metrics::HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
         .increment(1);

@@ -90,7 +90,7 @@ pub async fn open(
         .map_err(|e| anyhow::anyhow!("cannot follow the task: {e}"))?;
     // Bounded per client (`SSE_BUFFER`): a client that stops reading holds this much, plus its
     // TCP buffers, and is disconnected after `SSE_STALL_MS`.
-    let (tx, rx) = mpsc::channel(state.settings.sse_buffer);
+    let (tx, rx) = channel(state.settings.sse_buffer);
     let keepalive = state.settings.sse_keepalive;
     let pump = Pump {
         state,
@@ -104,12 +104,23 @@ pub async fn open(
     Ok(sse(rx, keepalive, "task"))
 }
 
+/// A client's channel of SSE events, `capacity` deep. Events travel boxed: the channel
+/// allocates its first block of 32 slots when it is made, so every idle client holds one
+/// block, 32 pointers rather than 32 events (~1 KiB less per client).
+pub fn channel(capacity: usize) -> (mpsc::Sender<Box<SseEvent>>, mpsc::Receiver<Box<SseEvent>>) {
+    mpsc::channel(capacity)
+}
+
 /// The SSE response of a client's channel, with keep-alives; counted in
 /// `maestro_sse_clients{stream}` while the client is connected.
-pub fn sse(rx: mpsc::Receiver<SseEvent>, keepalive: Duration, kind: &'static str) -> SseStream {
+pub fn sse(
+    rx: mpsc::Receiver<Box<SseEvent>>,
+    keepalive: Duration,
+    kind: &'static str,
+) -> SseStream {
     let client = Connected::new(kind);
     let stream = futures::stream::unfold((rx, client), |(mut rx, client)| async move {
-        rx.recv().await.map(|item| (Ok(item), (rx, client)))
+        rx.recv().await.map(|item| (Ok(*item), (rx, client)))
     });
     Sse::new(stream.boxed()).keep_alive(KeepAlive::new().interval(keepalive))
 }
@@ -145,7 +156,7 @@ struct Pump<R> {
     task_id: TaskId,
     creator: bool,
     last: StreamId,
-    tx: mpsc::Sender<SseEvent>,
+    tx: mpsc::Sender<Box<SseEvent>>,
     render: R,
 }
 
@@ -323,7 +334,7 @@ impl<R: Render> Pump<R> {
     async fn send(&mut self, id: StreamId, items: Vec<SseEvent>) -> Result<(), Gone> {
         let stall = self.state.settings.sse_stall;
         for item in items {
-            match tokio::time::timeout(stall, self.tx.send(item)).await {
+            match tokio::time::timeout(stall, self.tx.send(Box::new(item))).await {
                 Ok(Ok(())) => {}
                 _ => return Err(Gone),
             }

@@ -256,7 +256,7 @@ pub async fn stream(
         .subscribe(&state)
         .await
         .map_err(|e| ApiError::Unavailable(format!("cannot follow notifications: {e}")))?;
-    let (tx, rx) = mpsc::channel(state.settings.sse_buffer);
+    let (tx, rx) = crate::stream::channel(state.settings.sse_buffer);
     let keepalive = state.settings.sse_keepalive;
     tokio::spawn(pump(state, owner, cursor, wakes, tx));
     Ok(crate::stream::sse(rx, keepalive, "inbox"))
@@ -268,7 +268,7 @@ async fn pump(
     owner: Owner,
     mut cursor: Cursor,
     mut wakes: broadcast::Receiver<Arc<str>>,
-    tx: mpsc::Sender<SseEvent>,
+    tx: mpsc::Sender<Box<SseEvent>>,
 ) {
     let mut settle_until = tokio::time::Instant::now() + SETTLE_FOR;
     loop {
@@ -287,7 +287,7 @@ async fn pump(
                 .id(cursor.encode())
                 .event("notification")
                 .data(data);
-            if tx.send(event).await.is_err() {
+            if tx.send(Box::new(event)).await.is_err() {
                 return;
             }
         }
