@@ -36,6 +36,24 @@ mod subtasks;
 mod timeline;
 mod tools;
 
+/// What `maestro-bench --help` prints (the module's doc above says what each measures).
+const USAGE: &str = "\
+usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N]   the reference job
+       maestro-bench sse [--clients N]
+       maestro-bench tools [--calls N]
+       maestro-bench subtasks [--tasks N] [--fanout K]
+       maestro-bench latency [--database URL] [--nats URL]
+       maestro-bench a2a [--tasks N] [--concurrency C] [--chunks N]
+       maestro-bench continue [--tasks N] [--turns T] [--upstream URL] [--background BYTES]
+       maestro-bench signals [--rounds N]
+       maestro-bench schedules [--schedules N] [--schedulers K] [--batch B]
+       maestro-bench iterations [--jobs N] [--turns T] [--upstream URL] [--background BYTES]
+       maestro-bench timeline [--jobs N]
+       maestro-bench compare [--jobs N] [--levels 8,64] [--peers dbos,langgraph,restate,temporal]
+       maestro-bench curve [--jobs N] [--backlog B] [--out DIR]
+Each starts its own Postgres database, nats-server and services from the release binaries
+beside it (MAESTRO_BIN_DIR overrides where); docs/performance.md explains the figures.";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let sub = std::env::args().nth(1);
@@ -47,6 +65,10 @@ async fn main() -> anyhow::Result<()> {
             .map_or(Ok(default), |n| n.parse())
     };
     match sub.as_deref() {
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
         Some("sse") => sse::run(flag("--clients", 1000)?).await,
         Some("tools") => tools::run(flag("--calls", 1000)?).await,
         Some("subtasks") => subtasks::run(subtasks::parse(rest())?).await,
