@@ -33,11 +33,15 @@ pub async fn run(clients: usize) -> anyhow::Result<()> {
     let gateway = stack.url("");
     let pid = gateway_pid(&stack);
     let (rss_before, cpu_before) = usage(pid);
+    let (_, own_before) = usage(std::process::id());
+    let machine_before = machine_ticks();
     let started = Instant::now();
     let mut measured = stack.stream(id, None).await;
     let latencies = measure(&mut measured).await;
     let elapsed = started.elapsed();
     let (rss_during, cpu_after) = usage(pid);
+    let (_, own_after) = usage(std::process::id());
+    let machine_after = machine_ticks();
     for follower in followers {
         let _ = follower.await;
     }
@@ -48,7 +52,14 @@ pub async fn run(clients: usize) -> anyhow::Result<()> {
         latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)] as f64 / 1000.0
     };
     let ticks = sysconf_ticks();
-    let cpu = (cpu_after - cpu_before) as f64 / ticks / elapsed.as_secs_f64() * 100.0;
+    let share = |before: u64, after: u64| {
+        after.saturating_sub(before) as f64 / ticks / elapsed.as_secs_f64() * 100.0
+    };
+    let cpu = share(cpu_before, cpu_after);
+    let own = share(own_before, own_after);
+    let busy = machine_after.0.saturating_sub(machine_before.0) as f64
+        / (machine_after.1.saturating_sub(machine_before.1)).max(1) as f64
+        * 100.0;
     println!(
         "gateway {gateway}, {clients} SSE clients on one job, {} stamped deltas",
         latencies.len()
@@ -64,6 +75,11 @@ pub async fn run(clients: usize) -> anyhow::Result<()> {
         rss_during / 1024.0
     );
     println!("gateway CPU while streaming: {cpu:.0} % of one core");
+    // The clients are this process: what it spends parsing every stream, on the same cores, is
+    // in the latencies above.
+    println!(
+        "this bench (the {clients} clients) while streaming: {own:.0} % of one core; all cores {busy:.0} % busy"
+    );
     Ok(())
 }
 
@@ -88,6 +104,25 @@ async fn measure(client: &mut SseClient) -> Vec<u64> {
         }
     }
     latencies
+}
+
+/// `(busy, total)` clock ticks of all the machine's cores (`/proc/stat`).
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        // user nice system idle iowait irq softirq steal (guest time is already in user).
+        .take(8)
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let total: u64 = ticks.iter().sum();
+    // Idle and iowait are not busy.
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total.saturating_sub(idle), total)
 }
 
 fn gateway_pid(stack: &Stack) -> u32 {
