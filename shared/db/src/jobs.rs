@@ -105,6 +105,16 @@ pub struct Appended {
     pub direct: Vec<Direct>,
 }
 
+/// What the turn's statement returns.
+struct TurnRow {
+    base: i64,
+    job_base: i32,
+    task_id: uuid::Uuid,
+    traceparent: Option<String>,
+    now: chrono::DateTime<chrono::Utc>,
+    a2a_push: bool,
+}
+
 /// [`append_delivering`], saying who publishes the events.
 pub async fn append_publishing(
     pool: &PgPool,
@@ -123,90 +133,110 @@ pub async fn append_publishing(
     // The model's result or a tool's error text may carry a NUL (see `storable`).
     let result = transition.and_then(|t| t.result.as_deref().map(storable::text));
     let error = transition.and_then(|t| t.error.as_deref().map(storable::text));
-    let row = sqlx::query!(
-        r#"
-        WITH j AS (
-            UPDATE jobs
-               SET last_job_seq = last_job_seq + cardinality($3::text[]),
-                   status = COALESCE($5, status),
-                   wait_reason = CASE WHEN $5::text IS NULL THEN wait_reason ELSE $6 END,
-                   result = COALESCE($7, result),
-                   error = COALESCE($8, error),
-                   branch = COALESCE($12, branch),
-                   next_retry_at = CASE WHEN $5::text IS NULL THEN next_retry_at ELSE $9 END,
-                   lease_expires_at = CASE WHEN $5::text IS NULL THEN lease_expires_at END,
-                   max_attempts = max_attempts + CASE WHEN $10 THEN 1 ELSE 0 END,
-                   pending_interjections = pending_interjections - cardinality($11::uuid[]),
-                   finished_at = CASE WHEN $5 IN ('succeeded', 'failed', 'cancelled') THEN now()
-                                      ELSE finished_at END,
-                   -- A turn that changes no state moves no indexed column: a HOT update.
-                   updated_at = CASE WHEN $5::text IS NULL THEN updated_at ELSE now() END
-             WHERE id = $1 AND attempt = $2 AND status = 'running'
-               AND ($5::text IS DISTINCT FROM 'succeeded'
-                    OR pending_interjections = cardinality($11::uuid[]))
-         RETURNING id, task_id, traceparent, last_job_seq - cardinality($3::text[]) AS base
-        ), d AS (
-            -- Read by the outbox trigger as each event is inserted (migration 0024): the
-            -- event insert reads it, so it is set first.
-            SELECT set_config('maestro.writes_range_row', $13, true) AS grace
-        ), c AS (
-            -- Through `comments_undelivered`, and not at all when nothing is delivered (a
-            -- generic plan otherwise scans every comment of every task).
-            UPDATE comments SET delivered_at = now()
-              FROM j WHERE cardinality($11::uuid[]) > 0
-                       AND comments.job_id = j.id AND comments.id = ANY($11)
-                       AND comments.kind IN ('interjection', 'addition')
-                       AND comments.delivered_at IS NULL
-        ), t AS (
-            -- `updated_at` is when the task's state last changed (docs/api.md).
-            UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]),
-                             updated_at = CASE WHEN $5::text IS NULL THEN updated_at ELSE now() END
-              FROM j WHERE tasks.id = j.task_id
-         RETURNING tasks.id, tasks.last_seq - cardinality($3::text[]) AS base
-        ), e AS (
-            INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
-            SELECT t.id, t.base + x.ord, j.id, j.base + x.ord, x.kind,
-                   -- A tool call links to the assistant message before it in the batch.
-                   CASE WHEN x.kind = 'tool_call' THEN x.payload || jsonb_build_object(
-                            'message_seq', COALESCE(
-                                t.base + (SELECT max(m.ord)
-                                            FROM unnest($3::text[]) WITH ORDINALITY AS m(kind, ord)
-                                           WHERE m.kind = 'message' AND m.ord < x.ord),
-                                (x.payload ->> 'message_seq')::bigint))
-                        ELSE x.payload END
-              FROM j, t, d,
-                   unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
-        ), range AS (
-            -- Published directly: the statement's events are one range (`outbox::Written`).
-            INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
-            SELECT 'events', t.id, 'events:' || t.id || ':' || (t.base + 1),
-                   jsonb_build_object('first', t.base + 1,
-                                      'last', t.base + cardinality($3::text[])),
-                   now() + d.grace::interval
-              FROM t, d WHERE d.grace <> '' AND cardinality($3::text[]) > 0
+    // Two statements that differ only in marking delivered comments: a data-modifying CTE is
+    // set up at every execution (its table and indexes opened and locked) even when nothing
+    // passes its condition, and almost every turn delivers nothing
+    // (docs/performance.md#2026-12-04-the-turn-without-the-comment-update).
+    macro_rules! turn {
+        ($($deliver:literal)?) => {
+            sqlx::query_as!(
+                TurnRow,
+                r#"
+                WITH j AS (
+                    UPDATE jobs
+                       SET last_job_seq = last_job_seq + cardinality($3::text[]),
+                           status = COALESCE($5, status),
+                           wait_reason = CASE WHEN $5::text IS NULL THEN wait_reason ELSE $6 END,
+                           result = COALESCE($7, result),
+                           error = COALESCE($8, error),
+                           branch = COALESCE($12, branch),
+                           next_retry_at = CASE WHEN $5::text IS NULL THEN next_retry_at ELSE $9 END,
+                           lease_expires_at = CASE WHEN $5::text IS NULL THEN lease_expires_at END,
+                           max_attempts = max_attempts + CASE WHEN $10 THEN 1 ELSE 0 END,
+                           pending_interjections = pending_interjections - cardinality($11::uuid[]),
+                           finished_at = CASE WHEN $5 IN ('succeeded', 'failed', 'cancelled') THEN now()
+                                              ELSE finished_at END,
+                           -- A turn that changes no state moves no indexed column: a HOT update.
+                           updated_at = CASE WHEN $5::text IS NULL THEN updated_at ELSE now() END
+                     WHERE id = $1 AND attempt = $2 AND status = 'running'
+                       AND ($5::text IS DISTINCT FROM 'succeeded'
+                            OR pending_interjections = cardinality($11::uuid[]))
+                 RETURNING id, task_id, traceparent, last_job_seq - cardinality($3::text[]) AS base
+                ), d AS (
+                    -- Read by the outbox trigger as each event is inserted (migration 0024): the
+                    -- event insert reads it, so it is set first.
+                    SELECT set_config('maestro.writes_range_row', $13, true) AS grace
+                "#
+                $(+ $deliver)? +
+                r#"
+                ), t AS (
+                    -- `updated_at` is when the task's state last changed (docs/api.md).
+                    UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]),
+                                     updated_at = CASE WHEN $5::text IS NULL THEN updated_at ELSE now() END
+                      FROM j WHERE tasks.id = j.task_id
+                 RETURNING tasks.id, tasks.last_seq - cardinality($3::text[]) AS base
+                ), e AS (
+                    INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
+                    SELECT t.id, t.base + x.ord, j.id, j.base + x.ord, x.kind,
+                           -- A tool call links to the assistant message before it in the batch.
+                           CASE WHEN x.kind = 'tool_call' THEN x.payload || jsonb_build_object(
+                                    'message_seq', COALESCE(
+                                        t.base + (SELECT max(m.ord)
+                                                    FROM unnest($3::text[]) WITH ORDINALITY AS m(kind, ord)
+                                                   WHERE m.kind = 'message' AND m.ord < x.ord),
+                                        (x.payload ->> 'message_seq')::bigint))
+                                ELSE x.payload END
+                      FROM j, t, d,
+                           unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
+                ), range AS (
+                    -- Published directly: the statement's events are one range (`outbox::Written`).
+                    INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
+                    SELECT 'events', t.id, 'events:' || t.id || ':' || (t.base + 1),
+                           jsonb_build_object('first', t.base + 1,
+                                              'last', t.base + cardinality($3::text[])),
+                           now() + d.grace::interval
+                      FROM t, d WHERE d.grace <> '' AND cardinality($3::text[]) > 0
+                )
+                SELECT t.base AS "base!", j.base AS "job_base!", t.id AS "task_id!", j.traceparent,
+                       now() AS "now!",
+                       d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c
+                                                  WHERE c.task_id = t.id) AS "a2a_push!"
+                  FROM t, j, d
+                "#,
+                fence.job_id.0,
+                fence.attempt,
+                &kinds,
+                &payloads,
+                to,
+                transition.and_then(|t| t.wait_reason).map(|w| w.as_str()),
+                result.as_deref(),
+                error.as_deref(),
+                transition.and_then(|t| t.next_retry_at),
+                transition.is_some_and(|t| t.refund_attempt),
+                delivered,
+                transition.and_then(|t| t.branch.as_deref()),
+                publish.grace(),
+            )
+            .fetch_optional(pool)
+            .await?
+        };
+    }
+    let row = if delivered.is_empty() {
+        turn!()
+    } else {
+        turn!(
+            r#"
+            ), c AS (
+                -- Through `comments_undelivered`; `cardinality` keeps a generic plan from
+                -- scanning every comment of every task.
+                UPDATE comments SET delivered_at = now()
+                  FROM j WHERE cardinality($11::uuid[]) > 0
+                           AND comments.job_id = j.id AND comments.id = ANY($11)
+                           AND comments.kind IN ('interjection', 'addition')
+                           AND comments.delivered_at IS NULL
+            "#
         )
-        SELECT t.base AS "base!", j.base AS "job_base!", t.id AS "task_id!", j.traceparent,
-               now() AS "now!",
-               d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c
-                                          WHERE c.task_id = t.id) AS "a2a_push!"
-          FROM t, j, d
-        "#,
-        fence.job_id.0,
-        fence.attempt,
-        &kinds,
-        &payloads,
-        to,
-        transition.and_then(|t| t.wait_reason).map(|w| w.as_str()),
-        result.as_deref(),
-        error.as_deref(),
-        transition.and_then(|t| t.next_retry_at),
-        transition.is_some_and(|t| t.refund_attempt),
-        delivered,
-        transition.and_then(|t| t.branch.as_deref()),
-        publish.grace(),
-    )
-    .fetch_optional(pool)
-    .await?;
+    };
     let Some(r) = row else {
         return Ok(Err(Fenced(fence.job_id)));
     };

@@ -1,5 +1,6 @@
 -- The worker's append statement (shared/db/src/jobs.rs, append_publishing) with one turn's
--- events; gen.py fills in $KINDS, $PAYLOADS and $TO.
+-- events, as sent when the turn delivers no comment (the variant without the `c` CTE); gen.py
+-- fills in $KINDS, $PAYLOADS and $TO.
 WITH j AS (
     UPDATE jobs
        SET last_job_seq = last_job_seq + cardinality($KINDS),
@@ -18,11 +19,6 @@ WITH j AS (
        AND ($TO IS DISTINCT FROM 'succeeded' OR pending_interjections = 0)
  RETURNING id, task_id, traceparent, last_job_seq - cardinality($KINDS) AS base
 ), d AS (SELECT set_config('maestro.writes_range_row', '2 seconds', true) AS grace
-), c AS (
-    UPDATE comments SET delivered_at = now()
-      FROM j WHERE cardinality('{}'::uuid[]) > 0
-               AND comments.job_id = j.id AND comments.id = ANY('{}'::uuid[])
-               AND comments.kind IN ('interjection', 'addition') AND comments.delivered_at IS NULL
 ), t AS (
     UPDATE tasks SET last_seq = last_seq + cardinality($KINDS),
                      updated_at = CASE WHEN $TO IS NULL THEN updated_at ELSE now() END
