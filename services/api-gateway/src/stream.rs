@@ -106,7 +106,7 @@ pub async fn open(
 
 /// A client's channel of SSE events, `capacity` deep. Events travel boxed: the channel
 /// allocates its first block of 32 slots when it is made, so every idle client holds one
-/// block, 32 pointers rather than 32 events (~1 KiB less per client).
+/// block: 32 pointers rather than 32 events of 48 bytes (0.3 KiB instead of 1.6).
 pub fn channel(capacity: usize) -> (mpsc::Sender<Box<SseEvent>>, mpsc::Receiver<Box<SseEvent>>) {
     mpsc::channel(capacity)
 }
