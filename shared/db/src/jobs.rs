@@ -227,11 +227,10 @@ pub async fn append_publishing(
         turn!(
             r#"
             ), c AS (
-                -- Through `comments_undelivered`; `cardinality` keeps a generic plan from
-                -- scanning every comment of every task.
+                -- Through `comments_undelivered` (a generic plan of `id = ANY($11)` alone
+                -- scans every comment of every task).
                 UPDATE comments SET delivered_at = now()
-                  FROM j WHERE cardinality($11::uuid[]) > 0
-                           AND comments.job_id = j.id AND comments.id = ANY($11)
+                  FROM j WHERE comments.job_id = j.id AND comments.id = ANY($11)
                            AND comments.kind IN ('interjection', 'addition')
                            AND comments.delivered_at IS NULL
             "#

@@ -33,15 +33,15 @@ pub async fn run(clients: usize) -> anyhow::Result<()> {
     let gateway = stack.url("");
     let pid = gateway_pid(&stack);
     let (rss_before, cpu_before) = usage(pid);
-    let (_, own_before) = usage(std::process::id());
-    let machine_before = machine_ticks();
+    let own_before = own_cpu_ms();
+    let machine_before = crate::reference::cpu_busy_ms()?;
     let started = Instant::now();
     let mut measured = stack.stream(id, None).await;
     let latencies = measure(&mut measured).await;
     let elapsed = started.elapsed();
     let (rss_during, cpu_after) = usage(pid);
-    let (_, own_after) = usage(std::process::id());
-    let machine_after = machine_ticks();
+    let own_after = own_cpu_ms();
+    let machine_after = crate::reference::cpu_busy_ms()?;
     for follower in followers {
         let _ = follower.await;
     }
@@ -52,14 +52,11 @@ pub async fn run(clients: usize) -> anyhow::Result<()> {
         latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)] as f64 / 1000.0
     };
     let ticks = sysconf_ticks();
-    let share = |before: u64, after: u64| {
-        after.saturating_sub(before) as f64 / ticks / elapsed.as_secs_f64() * 100.0
-    };
-    let cpu = share(cpu_before, cpu_after);
-    let own = share(own_before, own_after);
-    let busy = machine_after.0.saturating_sub(machine_before.0) as f64
-        / (machine_after.1.saturating_sub(machine_before.1)).max(1) as f64
-        * 100.0;
+    let cpu = (cpu_after - cpu_before) as f64 / ticks / elapsed.as_secs_f64() * 100.0;
+    let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+    let own = (own_after - own_before) as f64 / elapsed_ms * 100.0;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let busy = (machine_after - machine_before) as f64 / (elapsed_ms * cores) * 100.0;
     println!(
         "gateway {gateway}, {clients} SSE clients on one job, {} stamped deltas",
         latencies.len()
@@ -106,23 +103,9 @@ async fn measure(client: &mut SseClient) -> Vec<u64> {
     latencies
 }
 
-/// `(busy, total)` clock ticks of all the machine's cores (`/proc/stat`).
-fn machine_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        // user nice system idle iowait irq softirq steal (guest time is already in user).
-        .take(8)
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().sum();
-    // Idle and iowait are not busy.
-    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
-    (total.saturating_sub(idle), total)
+/// CPU time (ms) this process — the clients — has used so far.
+fn own_cpu_ms() -> i64 {
+    crate::reference::process_cpu("/proc/self/stat".as_ref()).map_or(0, |(_, ms)| ms)
 }
 
 fn gateway_pid(stack: &Stack) -> u32 {
