@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use maestro_api::{Space, TokenInfo};
+use maestro_api::{Space, TokenInfo, WebhookList};
 use maestro_domain::{EventKind, JobStatus, Visibility};
 use maestro_testkit::{Client, Service, Stack, StackOptions, TaskExt, of_kind};
 use reqwest::Method;
@@ -867,11 +867,9 @@ async fn secrets_are_sealed_at_rest_and_a_reseal_moves_them_to_a_new_key() {
         stored_secret.starts_with("sealed:v1:next:"),
         "{stored_secret}"
     );
-    let alice_owner = maestro_domain::Owner::parse("alice").expect("owner");
-    let subs = maestro_db::webhooks::list(pool, &alice_owner)
-        .await
-        .expect("opens under the new key");
-    assert_eq!(subs[0].secret, secret);
+    let context = maestro_db::webhooks::secret_context(hook.id);
+    let opened = maestro_db::sealed::open(&stored_secret, &context).expect("opens under the new key");
+    assert_eq!(opened, secret);
     let tokens = maestro_db::mcp_tokens::of_owner(pool, "alice", &["github".to_owned()])
         .await
         .expect("opens");
@@ -879,6 +877,21 @@ async fn secrets_are_sealed_at_rest_and_a_reseal_moves_them_to_a_new_key() {
         tokens,
         vec![("github".to_owned(), "ghp_plain_token_value".to_owned())]
     );
+
+    // A secret that no listed key opens (a key dropped too early) hides nothing from its
+    // owner: the list never opens secrets.
+    sqlx::query("UPDATE webhook_subscriptions SET secret = 'sealed:v1:gone:AAAA' WHERE id = $1")
+        .bind(hook.id.0)
+        .execute(pool)
+        .await
+        .expect("sealed under a key no one has");
+    let listed: WebhookList = alice
+        .call(Method::GET, "/api/webhooks", None::<&()>)
+        .await
+        .expect("the list answers");
+    let ids: Vec<_> = listed.webhooks.iter().map(|w| w.id).collect();
+    assert_eq!(ids, vec![hook.id]);
+    assert!(listed.webhooks[0].secret.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -171,12 +171,19 @@ impl<R: Render> Pump<R> {
         {
             return;
         }
+        // Made once, not per item: each is a registration on a `Notify` (the shutdown's is
+        // shared by every client of the gateway), which a fresh future would take and give
+        // back under that `Notify`'s lock for every item of every client.
         let shutdown = self.state.shutdown.clone();
+        let shutdown = shutdown.cancelled();
+        let tx = self.tx.clone();
+        let closed = tx.closed();
+        tokio::pin!(shutdown, closed);
         loop {
             let step = tokio::select! {
                 biased;
-                _ = self.tx.closed() => return,
-                _ = shutdown.cancelled() => return,
+                () = &mut closed => return,
+                () = &mut shutdown => return,
                 item = feed.items.recv() => match item {
                     Ok(Item::Delta(delta)) => self.on_delta(&delta).await,
                     Ok(Item::Event(event)) => self.on_event(&event).await,

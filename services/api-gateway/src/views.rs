@@ -6,13 +6,13 @@ use maestro_api::Webhook;
 use maestro_db::webhooks::Subscription;
 
 /// A subscription as the API shows it, with its secret only when `with_secret`.
-pub fn webhook(sub: Subscription, with_secret: bool) -> Webhook {
+pub fn webhook(sub: Subscription, secret: Option<String>) -> Webhook {
     Webhook {
         id: sub.id,
         url: sub.url,
         event_types: sub.event_types,
         created_at: sub.created_at,
-        secret: with_secret.then_some(sub.secret),
+        secret,
         status: if sub.disabled_at.is_some() {
             "disabled"
         } else {

@@ -8,12 +8,14 @@ use sqlx::PgPool;
 
 use crate::DbError;
 
-/// A webhook subscription. The secret is only ever shown once, when it is created.
-#[derive(Clone, PartialEq, Eq)]
+/// A webhook subscription. Its secret is not part of it: it is shown only once, when it is
+/// created (see [`create`]), and opened only to sign a delivery ([`load_delivery`]), so a
+/// secret that cannot be opened (sealed under a key no longer listed) does not hide the
+/// subscription from its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscription {
     pub id: WebhookId,
     pub url: String,
-    pub secret: String,
     pub event_types: Vec<String>,
     pub created_at: DateTime<Utc>,
     /// Set when deliveries kept failing (see `record_attempt`).
@@ -23,24 +25,18 @@ pub struct Subscription {
     pub consecutive_failures: i32,
 }
 
-impl std::fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription")
-            .field("id", &self.id)
-            .field("url", &self.url)
-            .field("secret", &"<redacted>")
-            .field("event_types", &self.event_types)
-            .finish()
-    }
-}
-
 /// What a subscription's sealed secret is bound to.
 pub fn secret_context(id: WebhookId) -> String {
     format!("webhook_subscriptions.secret/{id}")
 }
 
-/// Store a new subscription.
-pub async fn create(pool: &PgPool, owner: &Owner, sub: &Subscription) -> Result<(), DbError> {
+/// Store a new subscription with its signing secret (sealed).
+pub async fn create(
+    pool: &PgPool,
+    owner: &Owner,
+    sub: &Subscription,
+    secret: &str,
+) -> Result<(), DbError> {
     sqlx::query!(
         r#"
         INSERT INTO webhook_subscriptions (id, owner, url, secret, event_types, created_at)
@@ -49,7 +45,7 @@ pub async fn create(pool: &PgPool, owner: &Owner, sub: &Subscription) -> Result<
         sub.id.0,
         owner.as_str(),
         sub.url,
-        crate::sealed::seal(&sub.secret, &secret_context(sub.id)),
+        crate::sealed::seal(secret, &secret_context(sub.id)),
         &sub.event_types,
         sub.created_at
     )
@@ -62,7 +58,7 @@ pub async fn create(pool: &PgPool, owner: &Owner, sub: &Subscription) -> Result<
 pub async fn list(pool: &PgPool, owner: &Owner) -> Result<Vec<Subscription>, DbError> {
     let rows = sqlx::query!(
         r#"
-        SELECT id, url, secret, event_types, created_at, disabled_at, disabled_reason,
+        SELECT id, url, event_types, created_at, disabled_at, disabled_reason,
                consecutive_failures
           FROM webhook_subscriptions
          WHERE owner = $1 AND deleted_at IS NULL ORDER BY id
@@ -71,20 +67,18 @@ pub async fn list(pool: &PgPool, owner: &Owner) -> Result<Vec<Subscription>, DbE
     )
     .fetch_all(pool)
     .await?;
-    rows.into_iter()
-        .map(|r| {
-            Ok(Subscription {
-                id: WebhookId(r.id),
-                url: r.url,
-                secret: crate::sealed::open(&r.secret, &secret_context(WebhookId(r.id)))?,
-                event_types: r.event_types,
-                created_at: r.created_at,
-                disabled_at: r.disabled_at,
-                disabled_reason: r.disabled_reason,
-                consecutive_failures: r.consecutive_failures,
-            })
+    Ok(rows
+        .into_iter()
+        .map(|r| Subscription {
+            id: WebhookId(r.id),
+            url: r.url,
+            event_types: r.event_types,
+            created_at: r.created_at,
+            disabled_at: r.disabled_at,
+            disabled_reason: r.disabled_reason,
+            consecutive_failures: r.consecutive_failures,
         })
-        .collect()
+        .collect())
 }
 
 /// Deactivate a subscription; `false` if the owner has no such active subscription.

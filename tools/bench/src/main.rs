@@ -7,7 +7,8 @@
 //! (`--cluster 3`: the same load on one nats-server and on a 3-node JetStream cluster, R3)
 //!
 //! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`),
-//! `maestro-bench sse [--clients N]` token-to-client latency and the gateway's cost (`sse.rs`),
+//! `maestro-bench sse [--clients N] [--parse-all]` token-to-client latency and the gateway's
+//! cost (`sse.rs`),
 //! `maestro-bench iterations [--jobs N] [--turns T] [--upstream URL] [--background BYTES]`: the
 //! worker's own overhead per LLM iteration and the prompt-cache reuse after movement
 //! transitions (`iterations.rs`), `maestro-bench subtasks [--tasks N] [--fanout K]` what
@@ -39,7 +40,7 @@ mod tools;
 /// What `maestro-bench --help` prints (the module's doc above says what each measures).
 const USAGE: &str = "\
 usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N]   the reference job
-       maestro-bench sse [--clients N]
+       maestro-bench sse [--clients N] [--parse-all]
        maestro-bench tools [--calls N]
        maestro-bench subtasks [--tasks N] [--fanout K]
        maestro-bench latency [--database URL] [--nats URL]
@@ -69,7 +70,10 @@ async fn main() -> anyhow::Result<()> {
             println!("{USAGE}");
             Ok(())
         }
-        Some("sse") => sse::run(flag("--clients", 1000)?).await,
+        Some("sse") => {
+            let parse_all = rest().any(|a| a == "--parse-all");
+            sse::run(flag("--clients", 1000)?, parse_all).await
+        }
         Some("tools") => tools::run(flag("--calls", 1000)?).await,
         Some("subtasks") => subtasks::run(subtasks::parse(rest())?).await,
         Some("latency") => latency::run(latency::parse(rest())?).await,

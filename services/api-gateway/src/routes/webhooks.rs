@@ -75,16 +75,16 @@ pub async fn create(
     let sub = Subscription {
         id: WebhookId::new(),
         url: body.url,
-        secret: secret.expose(),
         event_types,
         created_at: Utc::now(),
         disabled_at: None,
         disabled_reason: None,
         consecutive_failures: 0,
     };
-    maestro_db::webhooks::create(&state.pool, &owner, &sub).await?;
+    let secret = secret.expose();
+    maestro_db::webhooks::create(&state.pool, &owner, &sub, &secret).await?;
     tracing::info!(webhook_id = %sub.id, url = %sub.url, "webhook subscription created");
-    Ok((StatusCode::CREATED, Json(views::webhook(sub, true))))
+    Ok((StatusCode::CREATED, Json(views::webhook(sub, Some(secret)))))
 }
 
 /// `GET /api/webhooks`
@@ -105,7 +105,7 @@ pub async fn list(
 ) -> Result<Json<WebhookList>, ApiError> {
     let subs = maestro_db::webhooks::list(&state.pool, &owner).await?;
     Ok(Json(WebhookList {
-        webhooks: subs.into_iter().map(|s| views::webhook(s, false)).collect(),
+        webhooks: subs.into_iter().map(|s| views::webhook(s, None)).collect(),
     }))
 }
 
