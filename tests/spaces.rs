@@ -868,7 +868,8 @@ async fn secrets_are_sealed_at_rest_and_a_reseal_moves_them_to_a_new_key() {
         "{stored_secret}"
     );
     let context = maestro_db::webhooks::secret_context(hook.id);
-    let opened = maestro_db::sealed::open(&stored_secret, &context).expect("opens under the new key");
+    let opened =
+        maestro_db::sealed::open(&stored_secret, &context).expect("opens under the new key");
     assert_eq!(opened, secret);
     let tokens = maestro_db::mcp_tokens::of_owner(pool, "alice", &["github".to_owned()])
         .await

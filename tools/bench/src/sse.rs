@@ -71,7 +71,9 @@ pub async fn run(clients: usize, parse_all: bool) -> anyhow::Result<()> {
     } else {
         "one client parses, the others scan their bytes"
     };
-    println!("gateway {gateway}, {clients} SSE clients on one job ({followers}), {deltas} stamped deltas");
+    println!(
+        "gateway {gateway}, {clients} SSE clients on one job ({followers}), {deltas} stamped deltas"
+    );
     let [p50, p99, max] = percentiles(everyone.iter().map(|s| s.latency).collect());
     println!(
         "token → SSE client, all {clients} clients ({} deltas received): p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms",
@@ -187,8 +189,14 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// The send time a stamped text delta carries (`"text":"<µs> "`).
 fn stamp(event: &[u8]) -> Option<u64> {
     let at = find(event, b"\"text\":\"")? + 8;
-    let digits = event[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&event[at..at + digits]).ok()?.parse().ok()
+    let digits = event[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    std::str::from_utf8(&event[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
 }
 
 fn micros_now() -> u64 {
