@@ -239,7 +239,7 @@ pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyho
         tokio::time::sleep(grace).await;
     };
     tokio::select! {
-        () = accept(listener, router(state), shutdown.clone()) => Ok(()),
+        () = accept(listener, state.settings.sse_stall, router(state.clone()), shutdown.clone()) => Ok(()),
         _ = deadline => {
             tracing::warn!(?grace, "shutdown grace period over; dropping open connections");
             Ok(())
@@ -256,7 +256,12 @@ pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyho
 /// request, kept for the connection's life; HTTP/1.1 alone keeps it at 8 KiB, and an idle SSE
 /// client costs that much less (docs/performance.md#streams-maestro-bench-sse). The router is
 /// built once and shared (an `Arc`), not rebuilt per connection.
-async fn accept(listener: tokio::net::TcpListener, router: Router, shutdown: CancellationToken) {
+async fn accept(
+    listener: tokio::net::TcpListener,
+    stall: Duration,
+    router: Router,
+    shutdown: CancellationToken,
+) {
     let connections = tokio_util::task::TaskTracker::new();
     loop {
         let tcp = tokio::select! {
@@ -279,7 +284,7 @@ async fn accept(listener: tokio::net::TcpListener, router: Router, shutdown: Can
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         let shutdown = shutdown.clone();
         connections.spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(tcp);
+            let io = hyper_util::rt::TokioIo::new(Stalling::new(tcp, stall));
             let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
             let mut conn = std::pin::pin!(conn);
             let served = tokio::select! {
@@ -297,6 +302,98 @@ async fn accept(listener: tokio::net::TcpListener, router: Router, shutdown: Can
     drop(listener);
     connections.close();
     connections.wait().await;
+}
+
+/// A connection's socket whose writes fail once the client has taken nothing for `stall`
+/// (`SSE_STALL_MS`): a client that stops reading a stream is let go, and resumes with
+/// `Last-Event-ID`. The socket stays full meanwhile, so what the gateway holds for it is
+/// bounded by its buffers (an SSE body makes no more items than hyper asks for).
+struct Stalling {
+    io: tokio::net::TcpStream,
+    stall: Duration,
+    /// Since when a write has waited for room, as the deadline it may wait until.
+    waiting: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Stalling {
+    fn new(io: tokio::net::TcpStream, stall: Duration) -> Self {
+        Self {
+            io,
+            stall,
+            waiting: None,
+        }
+    }
+
+    fn watch<T>(
+        &mut self,
+        written: std::task::Poll<std::io::Result<T>>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::task::Poll;
+        if written.is_ready() {
+            self.waiting = None;
+            return written;
+        }
+        let stall = self.stall;
+        let deadline = self
+            .waiting
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took nothing for SSE_STALL_MS",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Stalling {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Stalling {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let written = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(written, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let written = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(written, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,12 @@
 //! belongs to a message already committed is never sent after it (the merged message event
 //! replaces it).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer;
@@ -88,23 +93,116 @@ pub async fn open(
         .join(&state.bus, task_id, state.settings.sse_hub_backlog)
         .await
         .map_err(|e| anyhow::anyhow!("cannot follow the task: {e}"))?;
-    // Bounded per client (`SSE_BUFFER`): a client that stops reading holds this much, plus its
-    // TCP buffers, and is disconnected after `SSE_STALL_MS`.
-    let (tx, rx) = channel(state.settings.sse_buffer);
+    // The response body drives the pump: it makes items when hyper asks the body for more, so
+    // a client that stops reading stops its pump (at most `SSE_BUFFER` items made ahead, plus
+    // hyper's and the TCP buffers), and its connection is closed after `SSE_STALL_MS`
+    // (`app.rs`, `Stalling`). No task or channel per client: a live item wakes the client's
+    // connection directly.
     let keepalive = state.settings.sse_keepalive;
+    let out = Outbox::new(state.settings.sse_buffer);
     let pump = Pump {
         state,
         task_id,
         creator,
         last,
-        tx,
+        out: out.clone(),
         render,
     };
-    tokio::spawn(pump.run(first, feed));
-    Ok(sse(rx, keepalive, "task"))
+    let body = Driven {
+        out,
+        pump: Some(Box::pin(pump.run(first, feed))),
+        _client: Connected::new("task"),
+    };
+    Ok(Sse::new(body.boxed()).keep_alive(KeepAlive::new().interval(keepalive)))
 }
 
-/// A client's channel of SSE events, `capacity` deep. Events travel boxed: the channel
+/// The items a pump has made and its body has not yet handed to hyper.
+#[derive(Clone)]
+struct Outbox {
+    items: Arc<Mutex<VecDeque<SseEvent>>>,
+    /// How many it makes before it waits for the body to take them.
+    capacity: usize,
+}
+
+impl Outbox {
+    fn new(capacity: usize) -> Self {
+        Self {
+            items: Arc::default(),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<SseEvent>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pop(&self) -> Option<SseEvent> {
+        self.lock().pop_front()
+    }
+
+    /// Add an item; at capacity, give the body a turn to take them (the pump goes on when
+    /// hyper next asks the body for more, that is when the client has room).
+    async fn push(&self, item: SseEvent) {
+        let full = {
+            let mut items = self.lock();
+            items.push_back(item);
+            items.len() >= self.capacity
+        };
+        if full {
+            YieldToBody(false).await;
+        }
+    }
+}
+
+/// Pending once, without a wake-up: the body that polls the pump returns what is queued
+/// instead, and polls the pump again when asked for more.
+struct YieldToBody(bool);
+
+impl Future for YieldToBody {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+/// A client's SSE body: what its pump made, the pump run as the body is polled.
+struct Driven {
+    out: Outbox,
+    pump: Option<BoxFuture<'static, ()>>,
+    _client: Connected,
+}
+
+impl futures::Stream for Driven {
+    type Item = Result<SseEvent, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(item) = self.out.pop() {
+                return Poll::Ready(Some(Ok(item)));
+            }
+            let Some(pump) = self.pump.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match pump.as_mut().poll(cx) {
+                // Done: what it made last goes out, then the stream ends.
+                Poll::Ready(()) => self.pump = None,
+                Poll::Pending if self.out.lock().is_empty() => return Poll::Pending,
+                // It yielded to let its items out.
+                Poll::Pending => {}
+            }
+        }
+    }
+}
+
+/// A client's channel of SSE events, `capacity` deep, for a stream whose items a task of its
+/// own makes (the inbox's; a task's stream is made by its body, see [`open`]). Events travel
+/// boxed: the channel
 /// allocates its first block of 32 slots when it is made, so every idle client holds one
 /// block: 32 pointers rather than 32 events of 48 bytes (0.3 KiB instead of 1.6).
 pub fn channel(capacity: usize) -> (mpsc::Sender<Box<SseEvent>>, mpsc::Receiver<Box<SseEvent>>) {
@@ -156,11 +254,11 @@ struct Pump<R> {
     task_id: TaskId,
     creator: bool,
     last: StreamId,
-    tx: mpsc::Sender<Box<SseEvent>>,
+    out: Outbox,
     render: R,
 }
 
-/// The client went away or stalled, a source failed, or the stream said all it will.
+/// A source failed, or the stream said all it will.
 struct Gone;
 
 impl<R: Render> Pump<R> {
@@ -171,18 +269,16 @@ impl<R: Render> Pump<R> {
         {
             return;
         }
-        // Made once, not per item: each is a registration on a `Notify` (the shutdown's is
-        // shared by every client of the gateway), which a fresh future would take and give
-        // back under that `Notify`'s lock for every item of every client.
+        // Made once, not per item: it is a registration on a `Notify` shared by every client
+        // of the gateway, which a fresh future would take and give back under that `Notify`'s
+        // lock for every item of every client. (A client that leaves drops its body, and the
+        // pump with it.)
         let shutdown = self.state.shutdown.clone();
         let shutdown = shutdown.cancelled();
-        let tx = self.tx.clone();
-        let closed = tx.closed();
-        tokio::pin!(shutdown, closed);
+        tokio::pin!(shutdown);
         loop {
             let step = tokio::select! {
                 biased;
-                () = &mut closed => return,
                 () = &mut shutdown => return,
                 item = feed.items.recv() => match item {
                     Ok(Item::Delta(delta)) => self.on_delta(&delta).await,
@@ -339,12 +435,8 @@ impl<R: Render> Pump<R> {
     /// Send `items` (all of one position) and move the position to `id`; close the stream
     /// when the renderer has said all it will.
     async fn send(&mut self, id: StreamId, items: Vec<SseEvent>) -> Result<(), Gone> {
-        let stall = self.state.settings.sse_stall;
         for item in items {
-            match tokio::time::timeout(stall, self.tx.send(Box::new(item))).await {
-                Ok(Ok(())) => {}
-                _ => return Err(Gone),
-            }
+            self.out.push(item).await;
         }
         self.last = id;
         if self.render.done() {
