@@ -99,32 +99,32 @@ pub async fn open(
     // (`app.rs`, `Stalling`). No task or channel per client: a live item wakes the client's
     // connection directly.
     let keepalive = state.settings.sse_keepalive;
-    let out = Outbox::new(state.settings.sse_buffer);
+    let ahead = Ahead::new(state.settings.sse_buffer);
     let pump = Pump {
         state,
         task_id,
         creator,
         last,
-        out: out.clone(),
+        ahead: ahead.clone(),
         render,
     };
     let body = Driven {
-        out,
+        ahead,
         pump: Some(Box::pin(pump.run(first, feed))),
         _client: Connected::new("task"),
     };
     Ok(Sse::new(body.boxed()).keep_alive(KeepAlive::new().interval(keepalive)))
 }
 
-/// The items a pump has made and its body has not yet handed to hyper.
+/// The items a pump has made ahead and its body has not yet handed to hyper.
 #[derive(Clone)]
-struct Outbox {
+struct Ahead {
     items: Arc<Mutex<VecDeque<SseEvent>>>,
     /// How many it makes before it waits for the body to take them.
     capacity: usize,
 }
 
-impl Outbox {
+impl Ahead {
     fn new(capacity: usize) -> Self {
         Self {
             items: Arc::default(),
@@ -173,7 +173,7 @@ impl Future for YieldToBody {
 
 /// A client's SSE body: what its pump made, the pump run as the body is polled.
 struct Driven {
-    out: Outbox,
+    ahead: Ahead,
     pump: Option<BoxFuture<'static, ()>>,
     _client: Connected,
 }
@@ -183,7 +183,7 @@ impl futures::Stream for Driven {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
-            if let Some(item) = self.out.pop() {
+            if let Some(item) = self.ahead.pop() {
                 return Poll::Ready(Some(Ok(item)));
             }
             let Some(pump) = self.pump.as_mut() else {
@@ -192,7 +192,7 @@ impl futures::Stream for Driven {
             match pump.as_mut().poll(cx) {
                 // Done: what it made last goes out, then the stream ends.
                 Poll::Ready(()) => self.pump = None,
-                Poll::Pending if self.out.lock().is_empty() => return Poll::Pending,
+                Poll::Pending if self.ahead.lock().is_empty() => return Poll::Pending,
                 // It yielded to let its items out.
                 Poll::Pending => {}
             }
@@ -202,9 +202,9 @@ impl futures::Stream for Driven {
 
 /// A client's channel of SSE events, `capacity` deep, for a stream whose items a task of its
 /// own makes (the inbox's; a task's stream is made by its body, see [`open`]). Events travel
-/// boxed: the channel
-/// allocates its first block of 32 slots when it is made, so every idle client holds one
-/// block: 32 pointers rather than 32 events of 48 bytes (0.3 KiB instead of 1.6).
+/// boxed: the channel allocates its first block of 32 slots when it is made, so every idle
+/// client holds one block: 32 pointers rather than 32 events of 48 bytes (0.3 KiB instead of
+/// 1.6).
 pub fn channel(capacity: usize) -> (mpsc::Sender<Box<SseEvent>>, mpsc::Receiver<Box<SseEvent>>) {
     mpsc::channel(capacity)
 }
@@ -254,7 +254,7 @@ struct Pump<R> {
     task_id: TaskId,
     creator: bool,
     last: StreamId,
-    out: Outbox,
+    ahead: Ahead,
     render: R,
 }
 
@@ -436,7 +436,7 @@ impl<R: Render> Pump<R> {
     /// when the renderer has said all it will.
     async fn send(&mut self, id: StreamId, items: Vec<SseEvent>) -> Result<(), Gone> {
         for item in items {
-            self.out.push(item).await;
+            self.ahead.push(item).await;
         }
         self.last = id;
         if self.render.done() {

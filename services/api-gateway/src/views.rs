@@ -5,7 +5,7 @@
 use maestro_api::Webhook;
 use maestro_db::webhooks::Subscription;
 
-/// A subscription as the API shows it, with its secret only when `with_secret`.
+/// A subscription as the API shows it; `secret` only in the answer that created it.
 pub fn webhook(sub: Subscription, secret: Option<String>) -> Webhook {
     Webhook {
         id: sub.id,
