@@ -1,6 +1,9 @@
 //! Building and serving the gateway: routes, middleware, the listener.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -312,7 +315,7 @@ struct Stalling {
     io: tokio::net::TcpStream,
     stall: Duration,
     /// Since when a write has waited for room, as the deadline it may wait until.
-    waiting: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    waiting: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Stalling {
@@ -326,10 +329,9 @@ impl Stalling {
 
     fn watch<T>(
         &mut self,
-        written: std::task::Poll<std::io::Result<T>>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<T>> {
-        use std::task::Poll;
+        written: Poll<io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<T>> {
         if written.is_ready() {
             self.waiting = None;
             return written;
@@ -339,8 +341,8 @@ impl Stalling {
             .waiting
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
         match deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
                 "the client took nothing for SSE_STALL_MS",
             ))),
             Poll::Pending => Poll::Pending,
@@ -350,30 +352,30 @@ impl Stalling {
 
 impl tokio::io::AsyncRead for Stalling {
     fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
 impl tokio::io::AsyncWrite for Stalling {
     fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let written = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.io).poll_write(cx, buf);
         self.watch(written, cx)
     }
 
     fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let written = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         self.watch(written, cx)
     }
 
@@ -381,18 +383,12 @@ impl tokio::io::AsyncWrite for Stalling {
         self.io.is_write_vectored()
     }
 
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
