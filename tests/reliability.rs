@@ -557,12 +557,23 @@ async fn claims_made_together_take_each_job_once_with_its_own_event() {
 
 /// How many dispatches `instance` took by path `via` (`hint`, `jetstream`).
 async fn dispatches(stack: &Stack, instance: &str, via: &str) -> u64 {
-    let label = format!("via=\"{via}\"");
+    counter(
+        stack,
+        instance,
+        "maestro_dispatches_total",
+        &format!("via=\"{via}\""),
+    )
+    .await
+}
+
+/// The value of `instance`'s counter `name` in its series labelled `label` (0 when absent).
+async fn counter(stack: &Stack, instance: &str, name: &str, label: &str) -> u64 {
+    let series = format!("{name}{{");
     stack
         .scrape(instance)
         .await
         .lines()
-        .filter(|line| line.starts_with("maestro_dispatches_total{") && line.contains(&label))
+        .filter(|line| line.starts_with(&series) && line.contains(label))
         .find_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .map_or(0, |n| n as u64)
 }
@@ -648,6 +659,80 @@ async fn a_dispatch_hint_starts_the_job_and_its_delivery_settles_with_it() {
     assert_eq!(hinted + delivered, 3, "each job taken once");
     // The hint comes as the dispatch is published, before JetStream delivers it.
     assert!(hinted > 0, "no job was started by its hint");
+}
+
+/// A hinted new task's first LLM request goes out while its job is claimed, and the claimed
+/// job takes that answer (its own first request being the same bytes): the model is asked
+/// once per turn, never twice, and the job's events are those of any job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hinted_new_tasks_first_llm_call_goes_out_beside_the_claim_and_counts_once() {
+    let mut stack = Stack::up(StackOptions::new(quick_jobs())).await;
+    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
+    for n in 0..4 {
+        let task = stack
+            .run(&json!({"instruction": format!("early {n}")}))
+            .await;
+        assert_eq!(task.job().status, JobStatus::Succeeded, "{task:?}");
+        let events = stack.events(task.id()).await;
+        assert_consistent(&events);
+        assert_eq!(job_states(&events), ["queued", "running", "succeeded"]);
+    }
+    wait_for_settled_dispatches(&stack).await;
+    let requests = stack.llm.requests().await.expect("requests");
+    assert_eq!(requests.len(), 8, "two turns per job, each asked once");
+    for n in 0..4 {
+        let instruction = format!("<instruction>\nearly {n}\n</instruction>");
+        let first: Vec<&Value> = requests
+            .iter()
+            .filter(|r| {
+                r["body"]["messages"][1]["content"]
+                    .as_str()
+                    .is_some_and(|u| u.contains(&instruction))
+            })
+            .filter(|r| r["turn"] == 0)
+            .collect();
+        assert_eq!(first.len(), 1, "job {n}'s first turn asked once");
+    }
+    let early = |outcome: &'static str| {
+        let label = format!("outcome=\"{outcome}\"");
+        let stack = &stack;
+        async move {
+            counter(
+                stack,
+                "worker",
+                "maestro_llm_early_first_calls_total",
+                &label,
+            )
+            .await
+        }
+    };
+    let hinted = dispatches(&stack, "worker", "hint").await;
+    assert!(hinted > 0, "no job was started by its hint");
+    assert_eq!(
+        early("used").await,
+        hinted,
+        "each hinted job took its early answer"
+    );
+    assert_eq!(early("asked_again").await + early("unused").await, 0);
+}
+
+/// A first request the prompt guard would refuse is not sent early either: the job fails with
+/// a context overflow and the model is never asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_early_first_call_goes_out_that_the_prompt_guard_would_refuse() {
+    let options = StackOptions::new(quick_jobs()).env("MAX_PROMPT_TOKENS", "200");
+    let mut stack = Stack::up(options).await;
+    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
+    let task = stack.run(&json!({"instruction": "too big"})).await;
+    assert_eq!(task.job().status, JobStatus::Failed, "{task:?}");
+    let error = task.job().error.clone().unwrap_or_default();
+    assert!(error.starts_with("context overflow"), "{error}");
+    assert!(
+        dispatches(&stack, "worker", "hint").await > 0,
+        "taken by its hint"
+    );
+    let requests = stack.llm.requests().await.expect("requests");
+    assert!(requests.is_empty(), "nothing was sent: {requests:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -203,16 +203,20 @@ fn repeated((_, stored): (JobId, Option<String>), hash: &str) -> Result<Continue
 /// What follows a new task's commit (REST and A2A): its `queued` event, published from here
 /// (docs/architecture.md#the-outbox), then its first job's dispatch, in that order on one
 /// connection, so no reader sees the job run before it was queued. `fresh`: the task works in
-/// its own workspace and brought no files (`JobDispatch::fresh`).
+/// its own workspace and brought no files (`JobDispatch::fresh`); `opening`: what its job opens
+/// with, when the worker can send the first LLM request from it (`JobDispatch::opening`).
 pub async fn announce_new_task(
     bus: &maestro_messaging::Bus,
     (profile, fresh): (&str, bool),
-    task_id: TaskId,
-    job_id: JobId,
+    (task_id, job_id): (TaskId, JobId),
+    opening: Option<maestro_messaging::payloads::Opening>,
     queued: Vec<maestro_domain::topic::Direct>,
 ) {
     bus.publish_direct(queued).await;
-    let dispatch = maestro_messaging::payloads::JobDispatch::new_task(task_id, job_id, fresh);
+    let mut dispatch = maestro_messaging::payloads::JobDispatch::new_task(task_id, job_id, fresh);
+    if let Some(opening) = opening {
+        dispatch = dispatch.with_opening(opening);
+    }
     bus.after_commit(AfterCommit::none().dispatch(profile, dispatch))
         .await;
 }

@@ -73,6 +73,7 @@ fn dispatch_all<'a>(jobs: impl IntoIterator<Item = &'a ToDispatch>) -> AfterComm
             task_id: job.task_id,
             attempt: job.attempt,
             fresh: false,
+            opening: None,
         };
         after.dispatch(&job.profile, dispatch)
     })

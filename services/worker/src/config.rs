@@ -22,6 +22,9 @@ pub struct Settings {
     /// Start a job when its dispatch is published, not only when JetStream delivers it
     /// (`WORKER_DISPATCH_HINTS`, default on; see `hints.rs`).
     pub dispatch_hints: bool,
+    /// Send a hinted new task's first LLM request while its job is claimed
+    /// (`WORKER_EARLY_FIRST_CALL`, default on; see `agent/first_call.rs`).
+    pub early_first_call: bool,
     /// JetStream `ack_wait` of the jobs consumer; also the job lease, renewed at a third of it.
     pub ack_wait: Duration,
     /// JetStream `max_deliver` of the jobs consumer.
@@ -116,6 +119,7 @@ impl Settings {
             models,
             concurrency: env.parse("WORKER_CONCURRENCY", 32)?,
             dispatch_hints: env.parse("WORKER_DISPATCH_HINTS", true)?,
+            early_first_call: env.parse("WORKER_EARLY_FIRST_CALL", true)?,
             ack_wait: env.millis("JOB_ACK_WAIT_MS", Duration::from_secs(30))?,
             max_deliver: env.parse("JOB_MAX_DELIVER", 20)?,
             llm: LlmConfig {

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use crate::agent::Shared as Deps;
-use crate::agent::{self, EarlyContext, JobEnd, JobError};
+use crate::agent::{self, Early, EarlyContext, FirstCall, JobEnd, JobError};
 use crate::hints::{Held, HintHold, Take};
 use crate::signals::JobSignals;
 
@@ -144,7 +144,7 @@ impl JobHandler {
             // Shutting down: leave the job to another worker at once.
             return Outcome::Retry(Duration::ZERO);
         }
-        let early = self.early_context(dispatch);
+        let early = self.early(dispatch, false);
         let claimed = match self.claim(dispatch, last).await {
             Ok(claimed) => claimed,
             Err(outcome) => return outcome,
@@ -152,12 +152,23 @@ impl JobHandler {
         self.run_claimed(claimed, last, early).await
     }
 
-    /// A new job's first dispatch opens the job: its workspace context is read while the
-    /// claim is made, not after (a hop off the path to the first LLM call) — unless the task
-    /// is new with an empty workspace of its own, which has none to read.
-    fn early_context(&self, dispatch: &JobDispatch) -> Option<EarlyContext> {
-        (dispatch.attempt == 0 && !dispatch.fresh)
-            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id))
+    /// A new job's first dispatch opens the job while the claim is made, not after (a hop off
+    /// the path to the first LLM call): its workspace context is read — unless the task is new
+    /// with an empty workspace of its own, which has none to read; then its first LLM request
+    /// is sent instead, when the dispatch says what it will be ([`FirstCall`]) and came as a
+    /// hint (`hinted`): published a moment ago for this worker alone, so the claim will find
+    /// the job as it was created. From JetStream the delivery may be late — a comment may have
+    /// joined the instruction, another worker may hold the job — and the call would be paid
+    /// for nothing.
+    fn early(&self, dispatch: &JobDispatch, hinted: bool) -> Early {
+        let context = (dispatch.attempt == 0 && !dispatch.fresh)
+            .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
+        Early {
+            context,
+            first_call: hinted
+                .then(|| FirstCall::start(&self.deps, dispatch))
+                .flatten(),
+        }
     }
 
     /// Follow the dispatches of this worker's profiles as they are published (see
@@ -200,7 +211,7 @@ impl JobHandler {
         dispatch_taken("hint");
         // A hint comes from a publish, so its delivery will be the message's first.
         let last = self.deps.settings.max_deliver == 1;
-        let early = self.early_context(&dispatch);
+        let early = self.early(&dispatch, true);
         let claimed = match self.claim(&dispatch, last).await {
             Ok(claimed) => claimed,
             Err(_) => {
@@ -230,12 +241,7 @@ impl JobHandler {
         self.hinted.wait().await;
     }
 
-    async fn run_claimed(
-        &self,
-        claimed: Claimed,
-        last: bool,
-        early: Option<EarlyContext>,
-    ) -> Outcome {
+    async fn run_claimed(&self, claimed: Claimed, last: bool, early: Early) -> Outcome {
         let span = tracing::info_span!(
             "job",
             task_id = %claimed.task_id,
@@ -247,12 +253,7 @@ impl JobHandler {
             .await
     }
 
-    async fn run_in_span(
-        &self,
-        claimed: Claimed,
-        last: bool,
-        early: Option<EarlyContext>,
-    ) -> Outcome {
+    async fn run_in_span(&self, claimed: Claimed, last: bool, early: Early) -> Outcome {
         tracing::info!(worker_id = %self.deps.settings.worker_id, "job claimed");
         let lost = CancellationToken::new();
         let fence = Fence {

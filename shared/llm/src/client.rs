@@ -81,10 +81,12 @@ impl LlmClient {
     /// Start a streaming completion. Errors before the first byte of the answer (connection,
     /// HTTP status) come back here; errors during the stream come from [`ChatStream::next`].
     pub async fn stream_chat(&self, request: ChatRequest<'_>) -> Result<ChatStream, LlmError> {
-        let url = format!(
-            "{}/chat/completions",
-            self.config.base_url.trim_end_matches('/')
-        );
+        self.stream_body(Self::body(request)).await
+    }
+
+    /// The bytes [`LlmClient::stream_chat`] sends for `request`: the same request, the same
+    /// bytes.
+    pub fn body(request: ChatRequest<'_>) -> bytes::Bytes {
         let body = Body {
             model: request.model,
             tools: request.tools,
@@ -94,7 +96,23 @@ impl LlmClient {
                 include_usage: true,
             },
         };
-        let mut builder = self.http.post(url).json(&body);
+        serde_json::to_vec(&body)
+            .expect("a chat request serializes")
+            .into()
+    }
+
+    /// [`LlmClient::stream_chat`] with the request's bytes made already
+    /// ([`LlmClient::body`]).
+    pub async fn stream_body(&self, body: bytes::Bytes) -> Result<ChatStream, LlmError> {
+        let url = format!(
+            "{}/chat/completions",
+            self.config.base_url.trim_end_matches('/')
+        );
+        let mut builder = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }

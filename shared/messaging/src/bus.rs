@@ -256,9 +256,10 @@ mod tests {
             task_id: TaskId::new(),
             attempt: 0,
             fresh: false,
+            opening: None,
         };
         let after = AfterCommit::events()
-            .dispatch("default", job)
+            .dispatch("default", job.clone())
             .and(AfterCommit::none().wake_joiner());
         assert!(after.outbox && after.joiner);
         assert_eq!(after.dispatches().collect::<Vec<_>>(), [&job]);

@@ -9,7 +9,7 @@ use maestro_domain::{DeliveryId, JobId, StreamId, TaskId};
 /// `Nats-Msg-Id = dispatch:<job_id>:<attempt>`, so re-dispatching the same job state is
 /// de-duplicated by JetStream, and a stale duplicate is harmless because the claim is a
 /// compare-and-set on the job's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobDispatch {
     pub job_id: JobId,
     pub task_id: TaskId,
@@ -20,6 +20,37 @@ pub struct JobDispatch {
     /// it claims the job. The claim decides (`maestro_worker::agent::catalog`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fresh: bool,
+    /// A hint from the writer of a new task: what its first job opens with, as created. The
+    /// worker sends the job's first LLM request from it while the claim is made, and uses the
+    /// answer only when the request it would make after the claim is the same, byte for byte
+    /// (`maestro_worker::agent::first_call`). Only ever a shortcut: the claim decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening: Option<Opening>,
+}
+
+/// A new task as it was created, for its first job's first LLM request (see
+/// [`JobDispatch::opening`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opening {
+    pub owner: String,
+    pub instruction: String,
+    pub piece: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_movement: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The task's (and its first job's) creation time.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// A task an A2A client sent: the `messageId` its instruction came as, and its context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a_message_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a2a_context_id: Option<String>,
+}
+
+impl Opening {
+    /// Instructions longer than this travel without an opening: a dispatch stays small.
+    pub const MAX_INSTRUCTION_BYTES: usize = 16 * 1024;
 }
 
 impl JobDispatch {
@@ -30,6 +61,7 @@ impl JobDispatch {
             task_id,
             attempt: 0,
             fresh: false,
+            opening: None,
         }
     }
 
@@ -40,6 +72,15 @@ impl JobDispatch {
             fresh,
             ..Self::new_job(task_id, job_id)
         }
+    }
+
+    /// With what a new task's first job opens with (see [`JobDispatch::opening`]), unless its
+    /// instruction is too long to carry.
+    pub fn with_opening(mut self, opening: Opening) -> Self {
+        if opening.instruction.len() <= Opening::MAX_INSTRUCTION_BYTES {
+            self.opening = Some(opening);
+        }
+        self
     }
 
     pub fn message_id(&self) -> String {

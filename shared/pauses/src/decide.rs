@@ -104,6 +104,7 @@ pub async fn decide(pool: &PgPool, request: Request<'_>) -> Result<Decided, DbEr
             task_id: request.task_id,
             attempt: job.attempt,
             fresh: false,
+            opening: None,
         };
         AfterCommit::events().dispatch(&job.profile, dispatch)
     } else {

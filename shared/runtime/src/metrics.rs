@@ -60,6 +60,9 @@ pub const WEBHOOK_DELIVERIES: &str = "maestro_webhook_deliveries_total";
 pub const SCHEDULE_FIRES: &str = "maestro_schedule_fires_total";
 /// Job dispatches a worker took (`via`: hint, jetstream; docs/architecture.md#dispatch-hints).
 pub const DISPATCHES: &str = "maestro_dispatches_total";
+/// New jobs' first LLM requests sent while the claim was made (`outcome`: used, asked_again,
+/// unused; docs/architecture.md#the-first-llm-call-beside-the-claim).
+pub const EARLY_FIRST_CALLS: &str = "maestro_llm_early_first_calls_total";
 
 /// Every metric MAESTRO records, with its help text (dashboards and alerts use only these).
 pub const HELP: &[(&str, &str)] = &[
@@ -76,6 +79,10 @@ pub const HELP: &[(&str, &str)] = &[
     (
         DISPATCHES,
         "Job dispatches a worker took, by the path that brought each first.",
+    ),
+    (
+        EARLY_FIRST_CALLS,
+        "New jobs' first LLM requests sent while the claim was made, by what became of each.",
     ),
     (LLM_DURATION, "A streaming LLM call, request to last event."),
     (

@@ -80,7 +80,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             bytes as f64 / 1024.0 / 1024.0
         );
     }
-    bench.stages(figures.from).await
+    bench.stages(figures.from).await?;
+    bench.worker_paths().await;
+    Ok(())
 }
 
 /// The same load on one nats-server, then on a cluster of `nodes`: each measured after its
@@ -341,6 +343,41 @@ impl Bench {
             row.3 * 1000.0
         );
         Ok(())
+    }
+}
+
+impl Bench {
+    /// How the worker took its jobs (by hint or by JetStream delivery) and what became of the
+    /// first LLM calls it sent while claiming (its counters since it started, the warm-up's
+    /// jobs included).
+    pub async fn worker_paths(&self) {
+        let text = self.stack.scrape("worker").await;
+        let of = |metric: &str, label: &str| -> String {
+            let prefix = format!("{metric}{{");
+            let pairs: Vec<String> = text
+                .lines()
+                .filter_map(|line| line.strip_prefix(&prefix))
+                .filter_map(|rest| {
+                    let value = rest
+                        .split(&format!("{label}=\""))
+                        .nth(1)?
+                        .split('"')
+                        .next()?;
+                    let n: f64 = rest.rsplit(' ').next()?.parse().ok()?;
+                    Some(format!("{value} {n:.0}"))
+                })
+                .collect();
+            if pairs.is_empty() {
+                "none".to_owned()
+            } else {
+                pairs.join(", ")
+            }
+        };
+        println!(
+            "worker:      dispatches taken by {}; early first LLM calls {}",
+            of("maestro_dispatches_total", "via"),
+            of("maestro_llm_early_first_calls_total", "outcome")
+        );
     }
 }
 

@@ -244,17 +244,27 @@ async fn create(
     let created = maestro_db::tasks::create_publishing(&ctx.state.pool, &new, Publish::Directly)
         .await
         .map_err(db)?;
-    let Some((_, queued)) = created else {
+    let Some((task, queued)) = created else {
         return repeated_creation(ctx, &key, &hash).await;
     };
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created over A2A");
     maestro_runtime::metrics::task_created("a2a");
     let fresh = valid.space.is_none();
+    let opening = fresh.then(|| maestro_messaging::payloads::Opening {
+        owner: ctx.owner.as_str().to_owned(),
+        instruction: valid.instruction.clone(),
+        piece: valid.piece.clone(),
+        start_movement: None,
+        model: valid.model.clone(),
+        created_at: task.created_at,
+        a2a_message_id: Some(message.message_id.clone()),
+        a2a_context_id: Some(context.clone()),
+    });
     crate::usecases::announce_new_task(
         &ctx.state.bus,
         (&valid.profile, fresh),
-        task_id,
-        job_id,
+        (task_id, job_id),
+        opening,
         queued,
     )
     .await;

@@ -225,11 +225,21 @@ pub async fn create(
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");
     maestro_runtime::metrics::task_created("rest");
     let fresh = valid.space.is_none() && attachments.is_empty();
+    let opening = fresh.then(|| maestro_messaging::payloads::Opening {
+        owner: owner.as_str().to_owned(),
+        instruction: valid.instruction.clone(),
+        piece: valid.piece.clone(),
+        start_movement: valid.start_movement.clone(),
+        model: valid.model.clone(),
+        created_at: task.created_at,
+        a2a_message_id: None,
+        a2a_context_id: None,
+    });
     crate::usecases::announce_new_task(
         &state.bus,
         (&valid.profile, fresh),
-        task_id,
-        job_id,
+        (task_id, job_id),
+        opening,
         queued,
     )
     .await;

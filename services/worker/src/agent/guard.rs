@@ -48,6 +48,19 @@ pub fn estimate(messages: &[Message]) -> usize {
     bytes / 4
 }
 
+/// The estimated tokens of the rendered `tools`, and what `max` (`MAX_PROMPT_TOKENS`) leaves
+/// for the conversation beside them.
+fn budget(tools: &serde_json::value::RawValue, max: usize) -> (usize, usize) {
+    let fixed = tools.get().len() / 4;
+    (fixed, max.saturating_sub(fixed))
+}
+
+/// Whether a request of `messages` with the rendered `tools` goes out as it is: the prompt
+/// guard neither rewrites it nor refuses it.
+pub fn fits(messages: &[Message], tools: &serde_json::value::RawValue, max: usize) -> bool {
+    estimate(messages) <= budget(tools, max).1
+}
+
 /// Replace each tool result whose exact text comes again in a later tool result. Returns
 /// how many were replaced.
 pub fn dedup(messages: &mut [Message]) -> usize {
@@ -179,8 +192,7 @@ impl JobRun<'_> {
     /// Keep the next request within `MAX_PROMPT_TOKENS`; `Some` when the job ended.
     pub(super) async fn prompt_guard(&mut self) -> Result<Option<JobEnd>, JobError> {
         let max = self.shared.settings.max_prompt_tokens;
-        let fixed = self.tools.json.get().len() / 4;
-        let budget = max.saturating_sub(fixed);
+        let (fixed, budget) = budget(&self.tools.json, max);
         let before = estimate(&self.journal.messages);
         if before <= budget {
             return Ok(None);

@@ -7,6 +7,7 @@ use maestro_llm::{Accumulator, ChatRequest, Completion, LlmClient, LlmError, Str
 use maestro_messaging::payloads::DeltaFragment;
 
 use super::context::JobError;
+use super::first_call::FirstCall;
 use super::run::{JobRun, Waits};
 
 /// Why a call produced no completion, other than losing the job.
@@ -24,17 +25,12 @@ impl JobRun<'_> {
         &mut self,
     ) -> Result<Result<Completion, Interrupt>, JobError> {
         use tracing::Instrument as _;
-        use tracing::field::Empty;
-        let span = tracing::info_span!(
-            "llm",
-            model = %self.model,
-            iteration = self.iterations + 1,
-            prompt_tokens = Empty,
-            cached_tokens = Empty,
-            completion_tokens = Empty,
-            finish_reason = Empty,
-            outcome = Empty
-        );
+        // An early first call was sent in its own `llm` span: the call's span, whichever
+        // request is answered.
+        let span = match &self.first_call {
+            Some(early) if early.model == self.model => early.span.clone(),
+            _ => span(&self.model, self.iterations + 1),
+        };
         let result = self.stream_llm().instrument(span.clone()).await;
         let outcome = match &result {
             Ok(Ok(completion)) => {
@@ -63,9 +59,10 @@ impl JobRun<'_> {
             tools: Some(&self.tools.json),
             messages: &self.journal.messages,
         };
+        let early = self.first_call.take();
         let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());
         let waited = std::time::Instant::now();
-        let call = LlmCallMetrics::start();
+        let mut call = LlmCallMetrics::start();
         // The request goes out while the commit of the results it carries (sent by the turn
         // before) is still running; its reply is read only once that commit has answered.
         let (sent, started) = tokio::join!(
@@ -77,7 +74,9 @@ impl JobRun<'_> {
             },
             async {
                 tokio::select! {
-                    started = self.shared.llm.stream_chat(request) => Start::Started(started),
+                    (started, sent_at) = ask(&self.shared.llm, early, request) => {
+                        Start::Started(started, sent_at)
+                    }
                     _ = lost.cancelled() => Start::Lost,
                     _ = release.cancelled() => Start::Released,
                 }
@@ -87,7 +86,11 @@ impl JobRun<'_> {
             self.journal.answered(sent?)?;
         }
         let started = match started {
-            Start::Started(started) => started,
+            Start::Started(started, sent_at) => {
+                // An early answer's call began when its request went out.
+                call.start = sent_at.unwrap_or(call.start);
+                started
+            }
             Start::Lost => return Err(JobError::Fenced(Fenced(self.fence.job_id))),
             Start::Released => return Ok(Err(Interrupt::Released)),
         };
@@ -136,9 +139,50 @@ impl JobRun<'_> {
     }
 }
 
+/// The span of one LLM call of a job: `llm`, with the model, the iteration, and (recorded at its
+/// end) the tokens and the outcome.
+pub(super) fn span(model: &str, iteration: u32) -> tracing::Span {
+    use tracing::field::Empty;
+    tracing::info_span!(
+        "llm",
+        model = %model,
+        iteration,
+        prompt_tokens = Empty,
+        cached_tokens = Empty,
+        completion_tokens = Empty,
+        finish_reason = Empty,
+        outcome = Empty
+    )
+}
+
+/// Start a streaming call: with the early answer when the job's first request was sent while
+/// it was claimed ([`FirstCall`]) and is this very request (and then when it was sent), else
+/// now.
+async fn ask(
+    llm: &LlmClient,
+    early: Option<FirstCall>,
+    request: ChatRequest<'_>,
+) -> (
+    Result<maestro_llm::ChatStream, LlmError>,
+    Option<std::time::Instant>,
+) {
+    let body = LlmClient::body(request);
+    if let Some(early) = early {
+        let sent_at = early.sent_at;
+        if let Some(answer) = early.answer(&body).await {
+            return (answer, Some(sent_at));
+        }
+    }
+    (llm.stream_body(body).await, None)
+}
+
 /// How the start of a streaming call ended.
 enum Start {
-    Started(Result<maestro_llm::ChatStream, LlmError>),
+    /// With when the request was sent, if before this call (an early first call's).
+    Started(
+        Result<maestro_llm::ChatStream, LlmError>,
+        Option<std::time::Instant>,
+    ),
     /// The job's lease was lost.
     Lost,
     /// The worker released the job.

@@ -30,6 +30,7 @@ mod drive;
 mod ending;
 mod execute;
 mod finals;
+mod first_call;
 mod gate;
 pub mod guard;
 mod journal;
@@ -46,16 +47,25 @@ use maestro_domain::piece;
 
 pub use catalog::{EarlyContext, forget_listing};
 pub use context::{Delivery, JobEnd, JobError, Shared};
+pub use first_call::FirstCall;
 
 use approvals::Approvals;
 use run::JobRun;
+
+/// What a new job's dispatch started while the job was claimed: the read of its workspace's
+/// context, or its first LLM request.
+#[derive(Debug)]
+pub struct Early {
+    pub context: Option<EarlyContext>,
+    pub first_call: Option<FirstCall>,
+}
 
 /// Run a claimed job to its end.
 pub async fn run(
     shared: &Shared,
     claim: &Claimed,
     delivery: Delivery,
-    early: Option<EarlyContext>,
+    early: Early,
 ) -> Result<JobEnd, JobError> {
     // A job of a space with its own tool policy runs under it: the policy is the only source
     // of its tool permissions (SPEC §3.5). Its MCP servers are listed per job, not from the
@@ -124,7 +134,7 @@ async fn run_job(
     shared: &Shared,
     claim: &Claimed,
     delivery: Delivery,
-    early: Option<EarlyContext>,
+    early: Early,
 ) -> Result<JobEnd, JobError> {
     let fence = Fence {
         job_id: claim.job_id,
@@ -155,10 +165,11 @@ async fn run_job(
         approvals.remember(maestro_db::actions::of_job(&shared.pool, claim.job_id).await?);
     }
     let mut run = JobRun::new(shared, claim, delivery, piece, tools, approvals);
+    run.first_call = early.first_call;
     let pending = match rebuilt.movement.as_deref().and_then(|m| piece.movement(m)) {
         Some(movement) if !rebuilt.messages.is_empty() => run.resume(movement, rebuilt),
         _ => {
-            run.open(continuation, early).await?;
+            run.open(continuation, early.context).await?;
             Vec::new()
         }
     };

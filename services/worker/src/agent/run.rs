@@ -22,6 +22,7 @@ use super::cache::ReadCache;
 use super::catalog::{EarlyContext, Offer};
 use super::context::{Delivery, JobError, Shared};
 use super::continuation::Continuation;
+use super::first_call::FirstCall;
 use super::gate::CallSite;
 use super::journal::Journal;
 use super::subtasks::Delegations;
@@ -112,6 +113,8 @@ pub(super) struct JobRun<'a> {
     /// LLM iterations of this job.
     pub iterations: u32,
     pub waits: Waits,
+    /// The first LLM request, sent while the job was claimed ([`FirstCall`]).
+    pub first_call: Option<FirstCall>,
 }
 
 impl std::fmt::Debug for JobRun<'_> {
@@ -161,6 +164,7 @@ impl<'a> JobRun<'a> {
             delegations: Delegations::default(),
             iterations: 0,
             waits: Waits::default(),
+            first_call: None,
         }
     }
 
