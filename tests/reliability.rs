@@ -677,9 +677,24 @@ async fn a_hinted_new_tasks_first_llm_call_goes_out_beside_the_claim_and_counts_
         assert_consistent(&events);
         assert_eq!(job_states(&events), ["queued", "running", "succeeded"]);
     }
+    // Over A2A too, whose prompt names the message and its context.
+    let message = json!({"kind": "message", "messageId": "early-a2a", "role": "user",
+                         "parts": [{"kind": "text", "text": "early over A2A"}]});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send",
+                      "params": {"message": message, "configuration": {"blocking": true}}});
+    let answer: Value = (stack.http.post(stack.url("/a2a/v1")))
+        .bearer_auth(&stack.token)
+        .json(&body)
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(answer["result"]["status"]["state"], "completed", "{answer}");
     wait_for_settled_dispatches(&stack).await;
     let requests = stack.llm.requests().await.expect("requests");
-    assert_eq!(requests.len(), 8, "two turns per job, each asked once");
+    assert_eq!(requests.len(), 10, "two turns per job, each asked once");
     for n in 0..4 {
         let instruction = format!("<instruction>\nearly {n}\n</instruction>");
         let first: Vec<&Value> = requests
