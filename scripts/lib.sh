@@ -230,6 +230,12 @@ wait_ready() {
     sleep 0.2
   done
   tail -n 20 "$LOGS/$1.log" >&2
+  # A NATS server that died meanwhile is the cause to name, not the service that lost it.
+  local hostport=${NATS_URL#nats://}
+  if ! nats_has_jetstream "${hostport%:*}" "${hostport##*:}"; then
+    die "$1 did not start: the NATS server at $NATS_URL stopped answering (its log says why:" \
+      "one this script started logs to .maestro/logs/nats-server.log); start it again and rerun"
+  fi
   die "$1 did not start; see .maestro/logs/$1.log"
 }
 
