@@ -84,10 +84,11 @@ impl FirstCall {
     /// early call is dropped).
     pub(super) async fn answer(mut self, body: &[u8]) -> Option<Result<ChatStream, LlmError>> {
         self.taken = true;
-        let early = (&mut self.call).await.ok().flatten();
-        let (outcome, answer) = match early {
-            Some((asked, answer)) if asked == body => ("used", Some(answer)),
-            _ => ("asked_again", None),
+        // Not sent at all (see `request`): nothing was paid for.
+        let (asked, answer) = (&mut self.call).await.ok().flatten()?;
+        let (outcome, answer) = match asked == body {
+            true => ("used", Some(answer)),
+            false => ("asked_again", None),
         };
         tracing::debug!(outcome, "early first call");
         counted(outcome);
@@ -111,8 +112,9 @@ fn counted(outcome: &'static str) {
         .increment(1);
 }
 
-/// Send the first request of `claim`'s job as it opens; `None` when the worker has no such
-/// piece.
+/// Send the first request of `claim`'s job as it opens; `None`, sending nothing, when the
+/// worker has no such piece, an MCP server asks for a login, or the prompt guard would not
+/// send the request as it is.
 async fn request(
     shared: &Shared,
     claim: &Claimed,
