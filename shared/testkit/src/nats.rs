@@ -40,10 +40,21 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl NatsServer {
+    /// Start one on a free port; if it exits at once (the port taken by another test since
+    /// [`free_port`] chose it), again on another, twice at most.
     pub async fn start(dir: &Path) -> anyhow::Result<Self> {
-        let mut server = Self::new(dir, "nats", None)?;
-        server.run().await?;
-        Ok(server)
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut server = Self::new(dir, "nats", None)?;
+            match server.run().await {
+                Ok(()) => return Ok(server),
+                Err(error) if attempt < 3 && !server.is_up() => {
+                    eprintln!("testkit: nats-server attempt {attempt} failed, retrying: {error:#}");
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     fn new(dir: &Path, name: &str, cluster: Option<Node>) -> anyhow::Result<Self> {
@@ -95,10 +106,22 @@ impl NatsServer {
     }
 
     /// Wait until JetStream answers on this server (in a cluster: once a meta leader is
-    /// elected).
-    async fn ready(&self, timeout: Duration) -> anyhow::Result<()> {
+    /// elected). A server that exits meanwhile (a port taken since [`free_port`] chose it)
+    /// fails at once; either failure carries the end of the server's log, which lives in the
+    /// test's temporary directory and is gone once the test ends.
+    async fn ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
         while tokio::time::Instant::now() < deadline {
+            if let Some(child) = &mut self.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                bail!(
+                    "nats-server {} exited ({status}){}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
             if let Ok(client) = async_nats::connect(&self.url).await
                 && let Ok(reply) = client.request("$JS.API.INFO", "".into()).await
                 && serde_json::from_slice::<Value>(&reply.payload)
@@ -108,12 +131,24 @@ impl NatsServer {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        bail!("nats-server did not start; see {}", self.log.display())
+        bail!(
+            "nats-server {} did not start within {timeout:?}{}",
+            self.name,
+            self.log_tail()
+        )
+    }
+
+    /// The last lines of the server's log, for an error message.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines = log.lines().collect::<Vec<_>>();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+        format!("; the end of {}:\n{tail}", self.log.display())
     }
 
     async fn run(&mut self) -> anyhow::Result<()> {
         self.spawn()?;
-        self.ready(Duration::from_secs(15)).await
+        self.ready(Duration::from_secs(30)).await
     }
 
     /// Kill the server (SIGKILL).
@@ -140,8 +175,26 @@ impl NatsServer {
 }
 
 /// Start a JetStream cluster of `nodes` nats-servers on loopback, each with a store of its
-/// own, and wait until every node answers JetStream requests.
+/// own, and wait until every node answers JetStream requests. A node that exits (a port
+/// another test took between [`free_port`] and the bind) or a cluster without a meta leader
+/// in time (two cores shared with a whole suite) is retried, twice, on fresh ports.
 pub async fn start_cluster(dir: &Path, nodes: usize) -> anyhow::Result<Vec<NatsServer>> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let cluster_dir = dir.join(format!("cluster-{attempt}"));
+        std::fs::create_dir_all(&cluster_dir)?;
+        match try_start_cluster(&cluster_dir, nodes).await {
+            Ok(servers) => return Ok(servers),
+            Err(error) if attempt < 3 => {
+                eprintln!("testkit: NATS cluster attempt {attempt} failed, retrying: {error:#}");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+async fn try_start_cluster(dir: &Path, nodes: usize) -> anyhow::Result<Vec<NatsServer>> {
     let route_ports = (0..nodes)
         .map(|_| free_port())
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -161,12 +214,13 @@ pub async fn start_cluster(dir: &Path, nodes: usize) -> anyhow::Result<Vec<NatsS
         };
         servers.push(NatsServer::new(dir, &format!("n{i}"), Some(node))?);
     }
-    // All of them first: none is ready before a quorum has elected a meta leader.
+    // All of them first: none is ready before a quorum has elected a meta leader. (Dropping
+    // `servers` on an error kills them.)
     for server in &mut servers {
         server.spawn()?;
     }
-    for server in &servers {
-        server.ready(Duration::from_secs(30)).await?;
+    for server in &mut servers {
+        server.ready(Duration::from_secs(45)).await?;
     }
     Ok(servers)
 }
