@@ -51,6 +51,12 @@ pub struct Opening {
 impl Opening {
     /// Instructions longer than this travel without an opening: a dispatch stays small.
     pub const MAX_INSTRUCTION_BYTES: usize = 16 * 1024;
+
+    /// Whether a dispatch can carry an opening with `instruction` (callers skip building one
+    /// that would be dropped, and the copy of a long instruction with it).
+    pub fn fits(instruction: &str) -> bool {
+        instruction.len() <= Self::MAX_INSTRUCTION_BYTES
+    }
 }
 
 impl JobDispatch {
@@ -77,7 +83,7 @@ impl JobDispatch {
     /// With what a new task's first job opens with (see [`JobDispatch::opening`]), unless its
     /// instruction is too long to carry.
     pub fn with_opening(mut self, opening: Opening) -> Self {
-        if opening.instruction.len() <= Opening::MAX_INSTRUCTION_BYTES {
+        if Opening::fits(&opening.instruction) {
             self.opening = Some(opening);
         }
         self

@@ -250,7 +250,8 @@ async fn create(
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created over A2A");
     maestro_runtime::metrics::task_created("a2a");
     let fresh = valid.space.is_none();
-    let opening = fresh.then(|| maestro_messaging::payloads::Opening {
+    let carried = fresh && maestro_messaging::payloads::Opening::fits(&valid.instruction);
+    let opening = carried.then(|| maestro_messaging::payloads::Opening {
         owner: ctx.owner.as_str().to_owned(),
         instruction: valid.instruction.clone(),
         piece: valid.piece.clone(),

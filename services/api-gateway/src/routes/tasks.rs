@@ -225,7 +225,8 @@ pub async fn create(
     tracing::info!(%task_id, %job_id, piece = %valid.piece, "task created");
     maestro_runtime::metrics::task_created("rest");
     let fresh = valid.space.is_none() && attachments.is_empty();
-    let opening = fresh.then(|| maestro_messaging::payloads::Opening {
+    let carried = fresh && maestro_messaging::payloads::Opening::fits(&valid.instruction);
+    let opening = carried.then(|| maestro_messaging::payloads::Opening {
         owner: owner.as_str().to_owned(),
         instruction: valid.instruction.clone(),
         piece: valid.piece.clone(),

@@ -92,6 +92,10 @@ impl FirstCall {
         };
         tracing::debug!(outcome, "early first call");
         counted(outcome);
+        if answer.is_none() {
+            // The job asks again in a span of its own; this one's call ends here.
+            self.span.record("outcome", outcome);
+        }
         answer
     }
 }
@@ -103,6 +107,7 @@ impl Drop for FirstCall {
         self.call.abort();
         if !self.taken {
             counted("unused");
+            self.span.record("outcome", "unused");
         }
     }
 }
