@@ -287,6 +287,8 @@ enum Answer {
     Status(u16),
     RetryAfter(u64),
     Hang,
+    /// Answer 200 after this many milliseconds.
+    Slow(u64),
 }
 
 struct Receiver {
@@ -310,6 +312,10 @@ async fn receiver(script: Vec<Answer>) -> Receiver {
                     Some(Answer::RetryAfter(seconds)) => answer(429, Some(seconds.to_string())),
                     Some(Answer::Hang) => {
                         tokio::time::sleep(Duration::from_secs(5)).await;
+                        answer(200, None)
+                    }
+                    Some(Answer::Slow(ms)) => {
+                        tokio::time::sleep(Duration::from_millis(*ms)).await;
                         answer(200, None)
                     }
                     None => answer(200, None),
@@ -544,4 +550,68 @@ async fn failing_receivers_get_retries_then_dead_letters_redelivery_and_disablin
         "{redelivered}"
     );
     assert_eq!(back.hits.lock().await.len(), 1);
+}
+
+/// A second copy of a delivery's message — what the relay publishes when it sends a batch
+/// again after Postgres came back, past the stream's duplicate window — is not POSTed while
+/// the first is being sent, nor after it was delivered: the delivery is held by its sender
+/// (docs/notifications.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_copy_of_a_delivery_is_not_posted_while_the_first_is_sent() {
+    let stack = Stack::up(StackOptions::new(scenarios()).env("WEBHOOK_TIMEOUT_MS", "3000")).await;
+    let slow = receiver(vec![Answer::Slow(1500)]).await;
+    let body = json!({"url": slow.url, "event_types": ["task.succeeded"]});
+    let (status, hook) = call(&stack, Method::POST, "/api/webhooks", Some(body)).await;
+    assert_eq!(status, 201, "{hook}");
+    let hook = hook["id"].as_str().expect("id").to_owned();
+    stack.run(&json!({"instruction": "quick copy"})).await;
+
+    // The first POST is in flight (the receiver takes 1.5 s to answer) ...
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while slow.hits.lock().await.is_empty() {
+        assert!(Instant::now() < deadline, "the delivery never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let found = deliveries(&stack, &hook).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let delivery_id = found[0]["id"].as_str().expect("id").to_owned();
+    // ... when a copy of its message arrives under another message id.
+    let subjects = maestro_messaging::Subjects::new(&stack.prefix).expect("the prefix");
+    let js = async_nats::jetstream::new(stack.nats.client().await.expect("connect to NATS"));
+    maestro_messaging::publish::publish_json(
+        &js,
+        subjects.webhook_deliver(),
+        &format!("copy:{delivery_id}"),
+        &json!({"delivery_id": delivery_id}),
+    )
+    .await
+    .expect("the copy is stored");
+
+    let delivered = settled(&stack, &hook).await;
+    assert_eq!(
+        (delivered["status"].as_str(), delivered["attempts"].as_i64()),
+        (Some("delivered"), Some(1)),
+        "{delivered}"
+    );
+    // The copy was handled (acknowledged: the work queue is empty), after the hold of the
+    // first (3 s timeout and 2 s) at the latest, and sent nothing.
+    let mut stream = js
+        .get_stream(subjects.stream(maestro_messaging::setup::WEBHOOKS))
+        .await
+        .expect("the webhooks stream");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = stream.info().await.expect("stream info").state.messages;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} delivery messages never acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(slow.hits.lock().await.len(), 1, "the copy was POSTed too");
+    let again = deliveries(&stack, &hook).await;
+    assert_eq!(again[0]["attempts"], 1, "{again:?}");
 }

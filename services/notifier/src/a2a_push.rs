@@ -12,7 +12,7 @@ use maestro_a2a::stream::Renderer;
 use maestro_a2a::types::{StreamResponse, Task};
 use maestro_db::PgPool;
 use maestro_db::a2a::PushDelivery;
-use maestro_domain::webhook::DeliveryStatus;
+use maestro_db::webhooks::Taken;
 use maestro_domain::{Event, EventKind, StreamId};
 use maestro_messaging::payloads::WebhookDelivery;
 use maestro_messaging::{Delivery, Handler, Outcome};
@@ -87,6 +87,8 @@ pub struct PushHandler {
     pub http: reqwest::Client,
     pub retry_base: Duration,
     pub retry_max: Duration,
+    /// How long a delivery is held while it is sent ([`crate::webhooks::hold`]).
+    pub hold: Duration,
 }
 
 impl Handler for PushHandler {
@@ -96,18 +98,19 @@ impl Handler for PushHandler {
             Err(e) => return Outcome::Poison(format!("malformed push delivery message: {e}")),
         };
         let id = message.delivery_id.0;
-        let push = match maestro_db::a2a::load_push(&self.pool, id).await {
-            Ok(Some(push)) => push,
-            // Its config was deleted, and the delivery with it.
-            Ok(None) => return Outcome::Done,
+        let push = match maestro_db::a2a::take_push(&self.pool, id, self.hold).await {
+            Ok(Taken::Sending(push)) => push,
+            // Sent, given up on, or its config deleted (and the delivery with it).
+            Ok(Taken::Settled) => return Outcome::Done,
+            // Another copy of this message is being sent: look again once that is over.
+            Ok(Taken::HeldElsewhere(left)) => {
+                return Outcome::Retry(left + crate::webhooks::HELD_MARGIN);
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot load a push delivery; will retry");
                 return Outcome::Retry(Duration::from_secs(1));
             }
         };
-        if push.status != DeliveryStatus::Pending {
-            return Outcome::Done;
-        }
         let attempt = post(self.request(&push), "A2A push", &id).await;
         let (attempt, outcome) = settle(attempt, delivery, self.retry_base, self.retry_max);
         if let Err(e) = maestro_db::a2a::record_push_attempt(&self.pool, id, &attempt).await {

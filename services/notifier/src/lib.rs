@@ -58,12 +58,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         http: http.clone(),
         retry_base: settings.retry_base,
         retry_max: settings.retry_max,
+        hold: webhooks::hold(settings.webhook_timeout),
     });
     let push_handler = Arc::new(a2a_push::PushHandler {
         pool,
         http,
         retry_base: settings.retry_base,
         retry_max: settings.retry_max,
+        hold: webhooks::hold(settings.webhook_timeout),
     });
     let state_runner = RunnerConfig {
         name: "job_states",

@@ -1,17 +1,19 @@
 //! Webhook delivery: one attempt per delivered message, signed per Standard Webhooks
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature`). A non-2xx answer or a transport
 //! error is retried with backoff through `nak`; after the last attempt the delivery is marked
-//! `failed`. A delivery already delivered (a redelivered message) is not sent again.
+//! `failed`. A delivery already delivered (a redelivered message) is not sent again, and one
+//! that another copy of its message is sending right now waits for that send's end
+//! ([`hold`]).
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::Utc;
 use maestro_db::PgPool;
-use maestro_db::webhooks::{Attempt, PendingDelivery};
+use maestro_db::webhooks::{Attempt, PendingDelivery, Taken};
 use maestro_domain::NotificationId;
 use maestro_domain::notification::{NotificationType, notice};
-use maestro_domain::webhook::{DeliveryStatus, WebhookSecret};
+use maestro_domain::webhook::WebhookSecret;
 use maestro_messaging::AfterCommit;
 use maestro_messaging::backoff::backoff;
 use maestro_messaging::payloads::WebhookDelivery;
@@ -28,7 +30,19 @@ pub struct DeliveryHandler {
     pub http: reqwest::Client,
     pub retry_base: Duration,
     pub retry_max: Duration,
+    /// How long a delivery is held while it is sent ([`hold`]).
+    pub hold: Duration,
 }
+
+/// How long a notifier holds a delivery it sends, so that another copy of its message is not
+/// sent at the same time: the HTTP timeout `timeout` (which bounds the whole request) and a
+/// margin for recording the attempt. A notifier that dies mid-POST holds it no longer.
+pub fn hold(timeout: Duration) -> Duration {
+    timeout + Duration::from_secs(2)
+}
+
+/// A copy that found its delivery held looks again this long after the hold ends.
+pub(crate) const HELD_MARGIN: Duration = Duration::from_millis(100);
 
 impl Handler for DeliveryHandler {
     async fn handle(&self, delivery: &Delivery) -> Outcome {
@@ -36,18 +50,17 @@ impl Handler for DeliveryHandler {
             Ok(message) => message,
             Err(e) => return Outcome::Poison(format!("malformed delivery message: {e}")),
         };
-        let pending =
-            match maestro_db::webhooks::load_delivery(&self.pool, message.delivery_id).await {
-                Ok(Some(pending)) => pending,
-                Ok(None) => return Outcome::Done,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot load a delivery; will retry");
-                    return Outcome::Retry(Duration::from_secs(1));
-                }
-            };
-        if pending.status != DeliveryStatus::Pending {
-            return Outcome::Done;
-        }
+        let taken = maestro_db::webhooks::take_delivery(&self.pool, message.delivery_id, self.hold);
+        let pending = match taken.await {
+            Ok(Taken::Sending(pending)) => pending,
+            Ok(Taken::Settled) => return Outcome::Done,
+            // Another copy of this message is being sent: look again once that is over.
+            Ok(Taken::HeldElsewhere(left)) => return Outcome::Retry(left + HELD_MARGIN),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot load a delivery; will retry");
+                return Outcome::Retry(Duration::from_secs(1));
+            }
+        };
         let attempt = if pending.subscription_active {
             self.send(&pending).await
         } else {

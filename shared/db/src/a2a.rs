@@ -2,12 +2,12 @@
 //! (`ListTasks`), per-task push notification configs and their deliveries.
 
 use chrono::{DateTime, Utc};
-use maestro_domain::webhook::DeliveryStatus;
 use maestro_domain::{JobStatus, Owner, TaskId, WaitReason};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::DbError;
+use crate::webhooks::Taken;
 
 /// Which tasks a `ListTasks` page holds.
 #[derive(Debug, Clone, Default)]
@@ -277,7 +277,6 @@ pub async fn record_pushes(
 #[derive(Clone, PartialEq)]
 pub struct PushDelivery {
     pub id: Uuid,
-    pub status: DeliveryStatus,
     pub config: PushConfig,
     pub payload: serde_json::Value,
 }
@@ -286,32 +285,40 @@ impl std::fmt::Debug for PushDelivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PushDelivery")
             .field("id", &self.id)
-            .field("status", &self.status)
             .field("url", &self.config.url)
             .finish_non_exhaustive()
     }
 }
 
-/// A push delivery; `None` when its config was deleted since (and the delivery with it).
-pub async fn load_push(pool: &PgPool, id: Uuid) -> Result<Option<PushDelivery>, DbError> {
+/// Take a pending push delivery for sending, holding it for `hold`
+/// ([`crate::webhooks::Taken`]; `Settled` also when its config was deleted since, and the
+/// delivery with it).
+pub async fn take_push(
+    pool: &PgPool,
+    id: Uuid,
+    hold: std::time::Duration,
+) -> Result<Taken<PushDelivery>, DbError> {
     let row = sqlx::query!(
         r#"
-        SELECT d.status, d.payload, c.task_id, c.id, c.url, c.token, c.auth_scheme,
-               c.auth_credentials
-          FROM a2a_push_deliveries d
+        WITH d AS (
+            UPDATE a2a_push_deliveries
+               SET sending_until = now() + make_interval(secs => $2)
+             WHERE id = $1 AND status = 'pending'
+               AND (sending_until IS NULL OR sending_until <= now())
+         RETURNING task_id, config_id, payload
+        )
+        SELECT d.payload, c.task_id, c.id, c.url, c.token, c.auth_scheme, c.auth_credentials
+          FROM d
           JOIN a2a_push_configs c ON c.task_id = d.task_id AND c.id = d.config_id
-         WHERE d.id = $1
         "#,
-        id
+        id,
+        hold.as_secs_f64()
     )
     .fetch_optional(pool)
     .await?;
-    row.map(|r| {
-        Ok(PushDelivery {
+    if let Some(r) = row {
+        return Ok(Taken::Sending(PushDelivery {
             id,
-            status: DeliveryStatus::parse(&r.status).ok_or_else(|| {
-                DbError::corrupt(format!("unknown delivery status {:?}", r.status))
-            })?,
             config: PushConfig {
                 task_id: TaskId(r.task_id),
                 id: r.id,
@@ -322,9 +329,21 @@ pub async fn load_push(pool: &PgPool, id: Uuid) -> Result<Option<PushDelivery>, 
             }
             .opened()?,
             payload: r.payload,
-        })
-    })
-    .transpose()
+        }));
+    }
+    let seen = sqlx::query!(
+        r#"
+        SELECT status = 'pending' AS "pending!",
+               EXTRACT(EPOCH FROM sending_until - now())::float8 AS left
+          FROM a2a_push_deliveries WHERE id = $1
+        "#,
+        id
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(seen.map_or(Taken::Settled, |r| {
+        crate::webhooks::held_elsewhere(r.pending, r.left)
+    }))
 }
 
 /// Record an attempt at a push delivery; only a pending delivery changes.
@@ -338,7 +357,7 @@ pub async fn record_push_attempt(
         r#"
         UPDATE a2a_push_deliveries
            SET status = $2, attempts = attempts + 1, last_status_code = $3, last_error = $4,
-               delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
+               delivered_at = CASE WHEN $2 = 'delivered' THEN now() END, sending_until = NULL
          WHERE id = $1 AND status = 'pending'
         "#,
         id,

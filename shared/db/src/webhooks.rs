@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use crate::DbError;
 
 /// A webhook subscription. Its secret is not part of it: it is shown only once, when it is
-/// created (see [`create`]), and opened only to sign a delivery ([`load_delivery`]), so a
+/// created (see [`create`]), and opened only to sign a delivery ([`take_delivery`]), so a
 /// secret that cannot be opened (sealed under a key no longer listed) does not hide the
 /// subscription from its owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,6 @@ pub async fn delete(pool: &PgPool, owner: &Owner, id: WebhookId) -> Result<bool,
 #[derive(Clone, PartialEq)]
 pub struct PendingDelivery {
     pub id: DeliveryId,
-    pub status: DeliveryStatus,
     pub attempts: i32,
     pub url: String,
     pub secret: String,
@@ -113,46 +112,88 @@ impl std::fmt::Debug for PendingDelivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingDelivery")
             .field("id", &self.id)
-            .field("status", &self.status)
             .field("attempts", &self.attempts)
             .field("url", &self.url)
             .finish_non_exhaustive()
     }
 }
 
-pub async fn load_delivery(
+/// What became of an attempt to take a delivery for sending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken<T> {
+    /// It is pending and held for this sender until the hold runs out or the attempt is
+    /// recorded.
+    Sending(T),
+    /// Another sender holds it for this long yet: look again then (it will usually be
+    /// settled by that time).
+    HeldElsewhere(std::time::Duration),
+    /// It is no longer pending, or no longer exists: nothing to send.
+    Settled,
+}
+
+/// How long a delivery in `status` whose hold ends in `left` seconds (`None`: not held) is
+/// held by another sender, when it is; for [`Taken`] after a take found nothing.
+pub(crate) fn held_elsewhere<T>(pending: bool, left: Option<f64>) -> Taken<T> {
+    match (pending, left) {
+        (false, _) => Taken::Settled,
+        (true, Some(seconds)) if seconds > 0.0 => {
+            Taken::HeldElsewhere(std::time::Duration::from_secs_f64(seconds))
+        }
+        // Its hold ended or was released in between: look again at once.
+        (true, _) => Taken::HeldElsewhere(std::time::Duration::ZERO),
+    }
+}
+
+/// Take a pending delivery for sending, holding it for `hold` (see [`Taken`]); a delivery
+/// another sender holds is not taken, so two copies of its message are never sent at once.
+pub async fn take_delivery(
     pool: &PgPool,
     id: DeliveryId,
-) -> Result<Option<PendingDelivery>, DbError> {
+    hold: std::time::Duration,
+) -> Result<Taken<PendingDelivery>, DbError> {
     let row = sqlx::query!(
         r#"
-        SELECT d.id, d.status, d.attempts, s.url, s.secret, s.id AS subscription_id,
+        WITH d AS (
+            UPDATE webhook_deliveries
+               SET sending_until = now() + make_interval(secs => $2)
+             WHERE id = $1 AND status = 'pending'
+               AND (sending_until IS NULL OR sending_until <= now())
+         RETURNING id, attempts, subscription_id, notification_id
+        )
+        SELECT d.id, d.attempts, s.url, s.secret, s.id AS subscription_id,
                s.deleted_at IS NULL AND s.disabled_at IS NULL AS "active!",
                n.id AS notification_id, n.payload
-          FROM webhook_deliveries d
+          FROM d
           JOIN webhook_subscriptions s ON s.id = d.subscription_id
           JOIN notifications n ON n.id = d.notification_id
-         WHERE d.id = $1
         "#,
-        id.0
+        id.0,
+        hold.as_secs_f64()
     )
     .fetch_optional(pool)
     .await?;
-    row.map(|r| {
-        Ok(PendingDelivery {
+    if let Some(r) = row {
+        return Ok(Taken::Sending(PendingDelivery {
             id: DeliveryId(r.id),
-            status: DeliveryStatus::parse(&r.status).ok_or_else(|| {
-                DbError::corrupt(format!("unknown delivery status {:?}", r.status))
-            })?,
             attempts: r.attempts,
             url: r.url,
             secret: crate::sealed::open(&r.secret, &secret_context(WebhookId(r.subscription_id)))?,
             subscription_active: r.active,
             notification_id: r.notification_id,
             payload: r.payload,
-        })
-    })
-    .transpose()
+        }));
+    }
+    let seen = sqlx::query!(
+        r#"
+        SELECT status = 'pending' AS "pending!",
+               EXTRACT(EPOCH FROM sending_until - now())::float8 AS left
+          FROM webhook_deliveries WHERE id = $1
+        "#,
+        id.0
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(seen.map_or(Taken::Settled, |r| held_elsewhere(r.pending, r.left)))
 }
 
 /// The outcome of one delivery attempt.
@@ -219,7 +260,7 @@ pub async fn record_attempt(
         WITH d AS (
             UPDATE webhook_deliveries
                SET status = $2, attempts = attempts + 1, last_status_code = $3,
-                   last_error = $4, updated_at = now(),
+                   last_error = $4, updated_at = now(), sending_until = NULL,
                    delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
              WHERE id = $1 AND status = 'pending'
          RETURNING subscription_id, status
@@ -394,7 +435,8 @@ pub async fn redeliver(
                FOR UPDATE OF d
         ), again AS (
             UPDATE webhook_deliveries d
-               SET status = 'pending', redeliveries = d.redeliveries + 1, updated_at = now()
+               SET status = 'pending', redeliveries = d.redeliveries + 1, updated_at = now(),
+                   sending_until = NULL
               FROM target WHERE d.id = target.id AND target.status <> 'pending'
          RETURNING d.id, d.redeliveries
         ), o AS (
