@@ -86,6 +86,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let llm_url = format!("http://127.0.0.1:{port}/v1");
 
     quiet_machine().await?;
+    let machine = commit_rates().await?;
+    eprintln!("{machine}");
     let levels: Vec<usize> = std::iter::once(1).chain(args.levels.clone()).collect();
     let mut rows = Vec::new();
     {
@@ -113,8 +115,97 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     llm.kill().await.ok();
+    println!("\n{machine}");
     print(&rows);
+    verdict(&rows);
     Ok(())
+}
+
+/// How fast this machine's Postgres commits, so a run's figures can be set beside another
+/// machine's: one-row inserts, each its own transaction, from one client and from eight, 2 s
+/// each, in a scratch database.
+async fn commit_rates() -> anyhow::Result<String> {
+    let db = maestro_testkit::TestDb::create().await?;
+    sqlx::query("CREATE TABLE commit_rate (x integer)")
+        .execute(&db.pool)
+        .await?;
+    let url = db.url.clone();
+    let rate = |clients: usize| {
+        let url = url.clone();
+        async move {
+            let window = Duration::from_secs(2);
+            let mut runs = Vec::with_capacity(clients);
+            for _ in 0..clients {
+                let url = url.clone();
+                runs.push(tokio::spawn(async move {
+                    use sqlx::Connection as _;
+                    let mut conn = sqlx::PgConnection::connect(&url).await?;
+                    let start = std::time::Instant::now();
+                    let mut commits = 0u64;
+                    while start.elapsed() < window {
+                        sqlx::query("INSERT INTO commit_rate VALUES (1)")
+                            .execute(&mut conn)
+                            .await?;
+                        commits += 1;
+                    }
+                    anyhow::Ok(commits)
+                }));
+            }
+            let mut commits = 0;
+            for run in runs {
+                commits += run.await??;
+            }
+            anyhow::Ok(commits as f64 / window.as_secs_f64())
+        }
+    };
+    let one = rate(1).await?;
+    let eight = rate(8).await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(format!(
+        "this machine: {cores} cores; Postgres one-row commits {one:.0}/s from one client \
+         ({:.2} ms each), {eight:.0}/s from eight",
+        1000.0 / one
+    ))
+}
+
+/// MAESTRO against each peer on the issue's two figures: throughput at each system's best
+/// level, and p50 at concurrency 1.
+fn verdict(rows: &[Row]) {
+    let best = |system: &str| {
+        rows.iter()
+            .filter(|r| r.system == system)
+            .max_by(|a, b| a.jobs_per_s.total_cmp(&b.jobs_per_s))
+    };
+    let single = |system: &str| {
+        rows.iter()
+            .find(|r| r.system == system && r.concurrency == 1)
+    };
+    let (Some(ours), Some(our_single)) = (best("maestro"), single("maestro")) else {
+        return;
+    };
+    let mut peers: Vec<&str> = rows
+        .iter()
+        .map(|r| r.system.as_str())
+        .filter(|s| *s != "maestro")
+        .collect();
+    peers.dedup();
+    let mut ahead = true;
+    println!();
+    for peer in peers {
+        let (Some(theirs), Some(their_single)) = (best(peer), single(peer)) else {
+            continue;
+        };
+        let throughput = ours.jobs_per_s / theirs.jobs_per_s;
+        let p50 = our_single.p50_ms / their_single.p50_ms;
+        ahead &= throughput > 1.0 && p50 < 1.0;
+        println!(
+            "MAESTRO against {peer}: {throughput:.2}x its best throughput, {p50:.2}x its p50 at concurrency 1"
+        );
+    }
+    println!(
+        "MAESTRO ahead of every peer on both: {}",
+        if ahead { "yes" } else { "no" }
+    );
 }
 
 /// Run one peer at one concurrency through `compare.py run`; its last stdout line is the row.
