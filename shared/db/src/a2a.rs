@@ -317,17 +317,31 @@ pub async fn take_push(
     .fetch_optional(pool)
     .await?;
     if let Some(r) = row {
+        let config = PushConfig {
+            task_id: TaskId(r.task_id),
+            id: r.id,
+            url: r.url,
+            token: r.token,
+            auth_scheme: r.auth_scheme,
+            auth_credentials: r.auth_credentials,
+        };
+        let config = match config.opened() {
+            Ok(config) => config,
+            Err(e) => {
+                // Not sent: the next attempt need not wait for the hold.
+                sqlx::query!(
+                    "UPDATE a2a_push_deliveries SET sending_until = NULL \
+                     WHERE id = $1 AND status = 'pending'",
+                    id
+                )
+                .execute(pool)
+                .await?;
+                return Err(e);
+            }
+        };
         return Ok(Taken::Sending(PushDelivery {
             id,
-            config: PushConfig {
-                task_id: TaskId(r.task_id),
-                id: r.id,
-                url: r.url,
-                token: r.token,
-                auth_scheme: r.auth_scheme,
-                auth_credentials: r.auth_credentials,
-            }
-            .opened()?,
+            config,
             payload: r.payload,
         }));
     }

@@ -173,11 +173,20 @@ pub async fn take_delivery(
     .fetch_optional(pool)
     .await?;
     if let Some(r) = row {
+        let secret =
+            match crate::sealed::open(&r.secret, &secret_context(WebhookId(r.subscription_id))) {
+                Ok(secret) => secret,
+                Err(e) => {
+                    // Not sent: the next attempt need not wait for the hold.
+                    release_delivery(pool, id).await?;
+                    return Err(e);
+                }
+            };
         return Ok(Taken::Sending(PendingDelivery {
             id: DeliveryId(r.id),
             attempts: r.attempts,
             url: r.url,
-            secret: crate::sealed::open(&r.secret, &secret_context(WebhookId(r.subscription_id)))?,
+            secret,
             subscription_active: r.active,
             notification_id: r.notification_id,
             payload: r.payload,
@@ -194,6 +203,17 @@ pub async fn take_delivery(
     .fetch_optional(pool)
     .await?;
     Ok(seen.map_or(Taken::Settled, |r| held_elsewhere(r.pending, r.left)))
+}
+
+/// End the hold of a delivery taken and not sent.
+async fn release_delivery(pool: &PgPool, id: DeliveryId) -> Result<(), DbError> {
+    sqlx::query!(
+        "UPDATE webhook_deliveries SET sending_until = NULL WHERE id = $1 AND status = 'pending'",
+        id.0
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// The outcome of one delivery attempt.
