@@ -4,8 +4,9 @@
 //! SIGTERM that hands its job over at once, every service exiting 0 on SIGTERM (and at once on
 //! a second one), the stack riding out a NATS restart and a Postgres restart without
 //! losing anything it accepted, and dispatch hints: a job started as its dispatch is
-//! published, its JetStream delivery settled with that run's outcome, and hints off while
-//! another worker serves the profile.
+//! published, its JetStream delivery settled with that run's outcome (handed over to the
+//! hint's worker when another worker got it), and early first LLM calls off while another
+//! worker serves the profile.
 
 use std::time::Duration;
 
@@ -638,8 +639,7 @@ fn quick_jobs() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatch_hint_starts_the_job_and_its_delivery_settles_with_it() {
-    let mut stack = Stack::up(StackOptions::new(quick_jobs())).await;
-    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
+    let stack = Stack::up(StackOptions::new(quick_jobs())).await;
     for n in 0..3 {
         let task = stack
             .run(&json!({"instruction": format!("hinted {n}")}))
@@ -667,7 +667,7 @@ async fn a_dispatch_hint_starts_the_job_and_its_delivery_settles_with_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hinted_new_tasks_first_llm_call_goes_out_beside_the_claim_and_counts_once() {
     let mut stack = Stack::up(StackOptions::new(quick_jobs())).await;
-    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
+    wait_for_log(&mut stack, "worker", "early first LLM calls on", 1).await;
     for n in 0..4 {
         let task = stack
             .run(&json!({"instruction": format!("early {n}")}))
@@ -737,7 +737,7 @@ async fn a_hinted_new_tasks_first_llm_call_goes_out_beside_the_claim_and_counts_
 async fn no_early_first_call_goes_out_that_the_prompt_guard_would_refuse() {
     let options = StackOptions::new(quick_jobs()).env("MAX_PROMPT_TOKENS", "200");
     let mut stack = Stack::up(options).await;
-    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
+    wait_for_log(&mut stack, "worker", "early first LLM calls on", 1).await;
     let task = stack.run(&json!({"instruction": "too big"})).await;
     assert_eq!(task.job().status, JobStatus::Failed, "{task:?}");
     let error = task.job().error.clone().unwrap_or_default();
@@ -750,27 +750,71 @@ async fn no_early_first_call_goes_out_that_the_prompt_guard_would_refuse() {
     assert!(requests.is_empty(), "nothing was sent: {requests:?}");
 }
 
+/// With another worker on the profile, hints are still followed. A hinted job's JetStream
+/// delivery that reaches the other worker while the hint's run goes on finds the job leased
+/// there and is handed over to the hint's worker, which settles it with the run's outcome: a
+/// retry comes after its own delay (100–200 ms here), not after the lease (two minutes here,
+/// longer than the test waits). Early first LLM calls are off while the other worker is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hints_are_off_while_another_worker_serves_the_profile() {
-    let options = StackOptions::new(quick_jobs()).env("WORKER_DISPATCH_HINTS", "true");
+async fn with_another_worker_a_hinted_jobs_delivery_is_handed_to_the_hints_worker() {
+    let scenario = json!({"scenarios": [{
+        "name": "flaky once",
+        "turns": [
+            {"fail": {"status": 500, "times": 1},
+             "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+        ]
+    }]});
+    let options = StackOptions::new(scenario)
+        .retry_backoff(100, 200)
+        .env("JOB_ACK_WAIT_MS", "120000")
+        .env("REDISPATCH_GRACE_MS", "120000");
     let mut stack = Stack::up(options).await;
-    wait_for_log(&mut stack, "worker", "dispatch hints on", 1).await;
+    wait_for_log(&mut stack, "worker", "early first LLM calls on", 1).await;
     stack.add(Service::Worker, "worker-b").await;
-    wait_for_log(&mut stack, "worker", "dispatch hints off", 1).await;
+    wait_for_log(&mut stack, "worker", "early first LLM calls off", 1).await;
 
-    for n in 0..3 {
-        let task = stack
-            .run(&json!({"instruction": format!("shared {n}")}))
+    // Each hint goes to one of the two and each delivery to one of the two, independently:
+    // over 16 jobs, some delivery reaches the worker its hint did not.
+    const JOBS: usize = 16;
+    for n in 0..JOBS {
+        let id = stack
+            .new_task(&json!({"instruction": format!("shared {n}")}))
             .await;
+        let task = stack.wait_over(id).await;
         assert_eq!(task.job().status, JobStatus::Succeeded, "{task:?}");
+        assert_eq!(task.job().attempt, 2, "one retry: {task:?}");
+        let events = stack.events(id).await;
+        assert_consistent(&events);
+        assert_eq!(
+            job_states(&events),
+            ["queued", "running", "retry", "running", "succeeded"]
+        );
     }
     wait_for_settled_dispatches(&stack).await;
-    let mut by_path = (0, 0);
+    let (mut hinted, mut delivered, mut handed) = (0, 0, 0);
     for instance in ["worker", "worker-b"] {
-        by_path.0 += dispatches(&stack, instance, "hint").await;
-        by_path.1 += dispatches(&stack, instance, "jetstream").await;
+        hinted += dispatches(&stack, instance, "hint").await;
+        delivered += dispatches(&stack, instance, "jetstream").await;
+        handed += counter(
+            &stack,
+            instance,
+            "maestro_dispatch_handovers_total",
+            "outcome=\"taken\"",
+        )
+        .await;
     }
-    assert_eq!(by_path, (0, 3), "no hint followed, each job delivered once");
+    // Every claim counted once by its path: the first attempts (hint or delivery) and the
+    // retries (redeliveries, which no hint announces).
+    assert_eq!(
+        hinted + delivered,
+        2 * JOBS as u64,
+        "each attempt claimed once"
+    );
+    assert!(hinted > 0, "no job was started by its hint");
+    assert!(handed > 0, "no delivery was handed over");
+    let requests = stack.llm.requests().await.expect("requests");
+    assert_eq!(requests.len(), 3 * JOBS, "no early first call with company");
 
     // Alone again once the other has stopped (it says so as it exits).
     let exit = stack
@@ -779,5 +823,5 @@ async fn hints_are_off_while_another_worker_serves_the_profile() {
         .await
         .expect("worker b exits");
     assert!(exit.success(), "{exit:?}");
-    wait_for_log(&mut stack, "worker", "dispatch hints on", 2).await;
+    wait_for_log(&mut stack, "worker", "early first LLM calls on", 2).await;
 }

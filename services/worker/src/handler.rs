@@ -21,16 +21,32 @@ use crate::agent::{self, Early, EarlyContext, FirstCall, JobEnd, JobError};
 use crate::hints::{Held, HintHold, Take};
 use crate::signals::JobSignals;
 
+/// How long a worker waits for the worker a hint ran a job at to take the job's delivery over
+/// (see [`crate::hints`]); past it, the delivery looks again when the lease runs out.
+const HANDOVER_WAIT: Duration = Duration::from_secs(2);
+
+/// What a handover's answer says when the hinted run's worker took the delivery.
+const HANDOVER_TAKEN: &[u8] = b"taken";
+
 /// Handles job dispatches.
 #[derive(Debug)]
 pub struct JobHandler {
     deps: Deps,
     /// The jobs held here, and by which path (see [`crate::hints`]).
     held: Held,
-    /// The runs hints started.
+    /// The runs hints started, and the handed-over deliveries that wait for them.
     hinted: TaskTracker,
-    /// No other worker serves this worker's profiles: it follows hints (see [`crate::hints`]).
+    /// No other worker serves this worker's profiles: a hint's first LLM call goes out beside
+    /// the claim (see [`JobHandler::early`]).
     alone: AtomicBool,
+}
+
+/// Why a claim took nothing: what the delivery does, and the worker that holds the job's lease
+/// when it is another one.
+#[derive(Debug)]
+struct Refused {
+    outcome: Outcome,
+    holder: Option<String>,
 }
 
 impl JobHandler {
@@ -43,11 +59,12 @@ impl JobHandler {
         }
     }
 
-    /// Whether this worker is alone on its profiles now (it follows hints only then).
+    /// Whether this worker is alone on its profiles now (a hint's first LLM call goes out
+    /// beside the claim only then).
     pub fn set_alone(&self, alone: bool) {
         if self.alone.swap(alone, Ordering::Relaxed) != alone {
-            let hints = if alone { "on" } else { "off" };
-            tracing::info!(alone, "dispatch hints {hints}");
+            let early = if alone { "on" } else { "off" };
+            tracing::info!(alone, "early first LLM calls {early}");
         }
     }
 
@@ -56,7 +73,7 @@ impl JobHandler {
     }
 
     /// Claim the job, or say what to do with the message instead.
-    async fn claim(&self, dispatch: &JobDispatch, last: bool) -> Result<Claimed, Outcome> {
+    async fn claim(&self, dispatch: &JobDispatch, last: bool) -> Result<Claimed, Refused> {
         let pool = &self.deps.pool;
         let claimed = self.deps.claimer.claim(dispatch.job_id).await;
         let not_claimed = match claimed {
@@ -78,10 +95,26 @@ impl JobHandler {
                 tracing::debug!(job_id = %dispatch.job_id, "not claimed: its model is not served here");
                 Duration::from_secs(5)
             }
-            Ok(NotClaimed::Missing | NotClaimed::Settled(_)) => return Err(Outcome::Done),
-            // Someone else holds it: look again when that lease runs out.
-            Ok(NotClaimed::Leased { lease_expires_at }) => {
-                until(lease_expires_at) + Duration::from_millis(100)
+            Ok(NotClaimed::Missing | NotClaimed::Settled(_)) => {
+                return Err(Refused {
+                    outcome: Outcome::Done,
+                    holder: None,
+                });
+            }
+            // Someone else holds it: look again when that lease runs out (unless its holder
+            // takes the delivery over).
+            Ok(NotClaimed::Leased {
+                lease_expires_at,
+                holder,
+            }) => {
+                let later = until(lease_expires_at) + Duration::from_millis(100);
+                let holder = holder.filter(|h| *h != self.deps.settings.worker_id);
+                let outcome = if last {
+                    Outcome::Done
+                } else {
+                    Outcome::Retry(later)
+                };
+                return Err(Refused { outcome, holder });
             }
             Ok(NotClaimed::RetryLater { next_retry_at }) => until(next_retry_at),
             Err(e) => {
@@ -91,10 +124,13 @@ impl JobHandler {
         };
         // Without another delivery, the scheduler's re-dispatch takes over when the job
         // stalls; giving the message up is not an error worth a dead letter.
-        Err(if last {
-            Outcome::Done
-        } else {
-            Outcome::Retry(later)
+        Err(Refused {
+            outcome: if last {
+                Outcome::Done
+            } else {
+                Outcome::Retry(later)
+            },
+            holder: None,
         })
     }
 }
@@ -112,13 +148,10 @@ impl Handler for JobHandler {
                 Some(outcome) => return outcome,
                 None => None,
             },
-            Take::Held(hold) => {
-                dispatch_taken("jetstream");
-                Some(hold)
-            }
+            Take::Held(hold) => Some(hold),
             Take::Again => None,
         };
-        self.take(&dispatch, delivery.is_last_attempt()).await
+        self.take(delivery, &dispatch).await
     }
 
     async fn dead_letter(&self, delivery: &Delivery, reason: &str) {
@@ -138,18 +171,117 @@ impl Handler for JobHandler {
 }
 
 impl JobHandler {
-    /// Claim the dispatched job and run it; the outcome is what its delivery does.
-    async fn take(&self, dispatch: &JobDispatch, last: bool) -> Outcome {
+    /// Claim the dispatched job and run it; the outcome is what its delivery does. A job
+    /// another worker's hint runs has the delivery handed over to that worker.
+    async fn take(&self, delivery: &Delivery, dispatch: &JobDispatch) -> Outcome {
         if self.deps.release.is_cancelled() {
             // Shutting down: leave the job to another worker at once.
             return Outcome::Retry(Duration::ZERO);
         }
+        let last = delivery.is_last_attempt();
         let early = self.early(dispatch, false);
         let claimed = match self.claim(dispatch, last).await {
             Ok(claimed) => claimed,
-            Err(outcome) => return outcome,
+            Err(Refused {
+                outcome,
+                holder: Some(holder),
+            }) if !last => {
+                if self.hand_over(delivery, &holder).await {
+                    return Outcome::HandedOver;
+                }
+                return outcome;
+            }
+            Err(refused) => return refused.outcome,
         };
+        dispatch_taken("jetstream");
         self.run_claimed(claimed, last, early).await
+    }
+
+    /// Hand `delivery` to `holder`, the worker whose lease the job is under: taken when a hint
+    /// runs (or ran) the job there, and then settled there with the run's outcome.
+    async fn hand_over(&self, delivery: &Delivery, holder: &str) -> bool {
+        let Some((headers, payload)) = delivery.hand_over() else {
+            return false;
+        };
+        let bus = &self.deps.bus;
+        let subject = bus.subjects.handover(holder);
+        let answer = tokio::time::timeout(
+            HANDOVER_WAIT,
+            bus.nats.request_with_headers(subject, headers, payload),
+        )
+        .await;
+        let outcome = match answer {
+            Ok(Ok(answer)) if answer.payload.as_ref() == HANDOVER_TAKEN => "taken",
+            Ok(Ok(_)) => "refused",
+            // No such worker listens (it stopped, or predates handovers), or it did not answer.
+            Ok(Err(_)) | Err(_) => "unanswered",
+        };
+        tracing::debug!(job_holder = holder, outcome, "delivery handed over");
+        metrics::counter!(maestro_runtime::metrics::HANDOVERS, "outcome" => outcome).increment(1);
+        outcome == "taken"
+    }
+
+    /// Take the deliveries other workers hand over (see [`crate::hints`]) until `shutdown`:
+    /// each one of a job a hint runs (or ran) here is settled with that run's outcome, as its
+    /// delivery would have been had it come here.
+    pub async fn follow_handovers(
+        self: Arc<Self>,
+        mut handovers: async_nats::Subscriber,
+        shutdown: CancellationToken,
+    ) {
+        use futures::StreamExt as _;
+        loop {
+            let handover = tokio::select! {
+                handover = handovers.next() => handover,
+                () = shutdown.cancelled() => return,
+            };
+            let Some(handover) = handover else { return };
+            let answer_to = handover.reply.clone();
+            let taken = self.take_handed(handover);
+            if let Some(answer_to) = answer_to {
+                let answer: &'static [u8] = if taken { HANDOVER_TAKEN } else { b"not here" };
+                if let Err(e) = self.deps.bus.nats.publish(answer_to, answer.into()).await {
+                    tracing::warn!(error = %e, "cannot answer a handover");
+                }
+            }
+        }
+    }
+
+    /// Settle a handed-over delivery with the end of the hinted run it waits for; `false`
+    /// (not taken) when no hint runs or ran its job here.
+    fn take_handed(self: &Arc<Self>, handover: async_nats::Message) -> bool {
+        let settings = &self.deps.settings;
+        let js = self.deps.bus.js.clone();
+        let Some(delivery) =
+            maestro_messaging::consumer::handed(handover, js, settings.max_deliver)
+        else {
+            return false;
+        };
+        let Ok(dispatch) = delivery.json::<JobDispatch>() else {
+            return false;
+        };
+        let Some(ending) = self.held.handed(dispatch.job_id) else {
+            return false;
+        };
+        let span =
+            tracing::info_span!("handover", job_id = %dispatch.job_id, attempt = delivery.attempt);
+        maestro_messaging::trace::adopt(&span, delivery.message.headers.as_ref());
+        let (this, heartbeat) = (self.clone(), settings.ack_wait / 3);
+        self.hinted.spawn(
+            async move {
+                let work = async {
+                    match ending.outcome().await {
+                        Some(outcome) => outcome,
+                        // The run stopped without an end: the delivery claims on its own.
+                        None => this.handle(&delivery).await,
+                    }
+                };
+                maestro_messaging::consumer::settle_handed(&delivery, &*this, heartbeat, work)
+                    .await;
+            }
+            .instrument(span),
+        );
+        true
     }
 
     /// A new job's first dispatch opens the job while the claim is made, not after (a hop off
@@ -160,12 +292,16 @@ impl JobHandler {
     /// the job as it was created. From JetStream the delivery may be late — a comment may have
     /// joined the instruction, another worker may hold the job — and the call would be paid
     /// for nothing.
+    ///
+    /// A worker with company on its profiles sends no early call: the job's delivery may reach
+    /// the other worker and be claimed there first.
     fn early(&self, dispatch: &JobDispatch, hinted: bool) -> Early {
         let context = (dispatch.attempt == 0 && !dispatch.fresh)
             .then(|| EarlyContext::start(&self.deps, dispatch.task_id, dispatch.job_id));
+        let alone = self.alone.load(Ordering::Relaxed);
         Early {
             context,
-            first_call: hinted
+            first_call: (hinted && alone)
                 .then(|| FirstCall::start(&self.deps, dispatch))
                 .flatten(),
         }
@@ -185,7 +321,7 @@ impl JobHandler {
                 () = shutdown.cancelled() => return,
             };
             let Some(hint) = hint else { return };
-            if self.deps.release.is_cancelled() || !self.alone.load(Ordering::Relaxed) {
+            if self.deps.release.is_cancelled() {
                 continue;
             }
             // A malformed one is its delivery's to dead-letter.
@@ -208,7 +344,6 @@ impl JobHandler {
 
     async fn run_hinted(self: Arc<Self>, dispatch: JobDispatch, hold: HintHold) {
         tracing::debug!(job_id = %dispatch.job_id, via = "hint", "dispatch received");
-        dispatch_taken("hint");
         // A hint comes from a publish, so its delivery will be the message's first.
         let last = self.deps.settings.max_deliver == 1;
         let early = self.early(&dispatch, true);
@@ -220,12 +355,13 @@ impl JobHandler {
                 return;
             }
         };
+        dispatch_taken("hint");
         let outcome = self.run_claimed(claimed, last, early).await;
         hold.end(Some(outcome));
-        // Its delivery has usually taken the end already (it came while the job ran). One
-        // still to come normally takes it within milliseconds; one that went to another
-        // worker finds the job leased or settled there; past this, one that comes here
-        // claims on its own and finds the same.
+        // Its delivery has usually taken the end already (it came here or was handed over
+        // while the job ran). One still to come normally takes it within milliseconds; one
+        // that goes to another worker now finds the job settled there; past this, one that
+        // comes here claims on its own and finds the same.
         if !self.held.waits(&hold) {
             return;
         }
@@ -352,7 +488,7 @@ async fn keep_lease(
     }
 }
 
-/// Count a dispatch taken, by the path that brought it first.
+/// Count a job claimed from its dispatch, by the path whose claim took it.
 fn dispatch_taken(via: &'static str) {
     metrics::counter!(maestro_runtime::metrics::DISPATCHES, "via" => via).increment(1);
 }

@@ -8,8 +8,11 @@
 //! delivery reaches this worker while a hint runs (or ran) the job, the delivery waits for the
 //! run's end and settles with its outcome, exactly as if it had run the job itself: acked once
 //! the job's state is committed, redelivered after a retry delay, terminated with a dead letter.
-//! A delivery that reaches another worker finds the job leased (or settled) by its claim, as any
-//! second delivery of a job does. A hint that claims nothing leaves the job to its delivery.
+//! A delivery that reaches another worker while the run goes on finds the job leased by this
+//! one: that worker hands the delivery over (`<p>.workers.<worker_id>.handover`), and it waits
+//! here for the run's end the same way. One that comes after the run finds the job settled (or
+//! due for a retry) by its claim, as any second delivery of a job does. A hint that claims
+//! nothing leaves the job to its delivery.
 //!
 //! [`Held`] is the bookkeeping: which jobs this worker holds, and through which path.
 
@@ -64,6 +67,20 @@ impl Held {
                 jobs.insert(job, Holder::Delivery);
                 Take::Held(DeliveryHold { held: self, job })
             }
+        }
+    }
+
+    /// Another worker handed over a delivery of `job`: the end of the hinted run it waits for,
+    /// if a hint runs (or ran) the job here and no delivery has taken its end yet.
+    pub fn handed(&self, job: JobId) -> Option<Ending> {
+        let mut jobs = self.jobs.lock().expect("lock");
+        match jobs.get(&job) {
+            Some(Holder::Hint { end, .. }) => {
+                let end = end.clone();
+                jobs.remove(&job);
+                Some(Ending(end))
+            }
+            _ => None,
         }
     }
 
@@ -184,6 +201,26 @@ mod tests {
         );
         held.forget(&hold);
         assert!(held.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_delivery_handed_over_by_another_worker_settles_with_the_hinted_run() {
+        let held = Held::default();
+        let job = job();
+        assert!(held.handed(job).is_none(), "no hint runs it here");
+        let hold = held.hint(job, 8).expect("nothing holds the job");
+        let ending = held.handed(job).expect("the hint runs it");
+        assert!(held.is_empty(), "the handed delivery took the hold over");
+        assert!(held.handed(job).is_none(), "one delivery takes the end");
+        hold.end(Some(Outcome::Done));
+        assert_eq!(ending.outcome().await, Some(Outcome::Done));
+        let Take::Held(_guard) = held.delivery(job) else {
+            panic!("a delivery held here takes no hint's end");
+        };
+        assert!(
+            held.handed(job).is_none(),
+            "a delivery holds it, not a hint"
+        );
     }
 
     #[tokio::test]

@@ -93,7 +93,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     ));
     let hints = if settings.dispatch_hints {
-        Some(hint_subscriptions(&bus, &settings.profiles).await?)
+        let handovers = bus
+            .nats
+            .subscribe(bus.subjects.handover(&settings.worker_id))
+            .await
+            .context("subscribe to handed-over deliveries")?;
+        Some((
+            hint_subscriptions(&bus, &settings.profiles).await?,
+            handovers,
+        ))
     } else {
         None
     };
@@ -111,14 +119,22 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         signals,
         claimer,
     }));
-    let hints = hints.map(|hints| {
+    let hints = hints.map(|(hints, handovers)| {
         tokio::spawn(watch_company(
             pool.clone(),
             worker.clone(),
             handler.clone(),
             shutdown.clone(),
         ));
-        tokio::spawn(handler.clone().follow_hints(hints, shutdown.clone()))
+        let handovers = tokio::spawn(
+            handler
+                .clone()
+                .follow_handovers(handovers, shutdown.clone()),
+        );
+        (
+            tokio::spawn(handler.clone().follow_hints(hints, shutdown.clone())),
+            handovers,
+        )
     });
     maestro_runtime::announce_ready("worker", None);
     futures::future::join_all(consumers.into_iter().map(|consumer| {
@@ -130,8 +146,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         )
     }))
     .await;
-    if let Some(hints) = hints {
+    if let Some((hints, handovers)) = hints {
         let _ = hints.await;
+        let _ = handovers.await;
         handler.hinted_done().await;
     }
     heartbeat.abort();
@@ -159,10 +176,10 @@ async fn hint_subscriptions(
     Ok(futures::stream::select_all(subscriptions))
 }
 
-/// Follow dispatch hints only while no other worker serves this worker's profiles (looked at
-/// every second): with company, a job a hint started here could have its JetStream delivery
-/// taken by the other worker, which finds the job leased and looks again only when the lease
-/// runs out — a retry or hand-back of the job would wait for that.
+/// Send a hinted job's first LLM call beside its claim only while no other worker serves this
+/// worker's profiles (looked at every second): with company, the job's JetStream delivery
+/// could reach the other worker and be claimed there first, and the call would be paid for
+/// nothing.
 async fn watch_company(
     pool: maestro_db::PgPool,
     (id, profiles, _): (String, Vec<String>, Vec<String>),

@@ -295,7 +295,7 @@ pub async fn claim_many_traced(
 /// took nothing.
 pub async fn state(pool: &PgPool, job_id: JobId) -> Result<Option<JobState>, DbError> {
     let row = sqlx::query!(
-        "SELECT status, lease_expires_at, next_retry_at FROM jobs WHERE id = $1",
+        "SELECT status, lease_expires_at, next_retry_at, worker_id FROM jobs WHERE id = $1",
         job_id.0
     )
     .fetch_optional(pool)
@@ -305,6 +305,7 @@ pub async fn state(pool: &PgPool, job_id: JobId) -> Result<Option<JobState>, DbE
             status: crate::parse::status(&r.status)?,
             lease_expires_at: r.lease_expires_at,
             next_retry_at: r.next_retry_at,
+            worker_id: r.worker_id,
         })
     })
     .transpose()

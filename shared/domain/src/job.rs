@@ -224,11 +224,13 @@ pub struct JobRecord {
 }
 
 /// What a claim sees of a job it could not take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobState {
     pub status: JobStatus,
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub next_retry_at: Option<DateTime<Utc>>,
+    /// The worker that claimed it last.
+    pub worker_id: Option<String>,
 }
 
 /// Why a job could not be claimed.
@@ -236,8 +238,11 @@ pub struct JobState {
 pub enum NotClaimed {
     /// No such job.
     Missing,
-    /// Another worker holds it until the lease expires.
-    Leased { lease_expires_at: DateTime<Utc> },
+    /// A worker (`holder`, when known) holds it until the lease expires.
+    Leased {
+        lease_expires_at: DateTime<Utc>,
+        holder: Option<String>,
+    },
     /// Its retry time has not come.
     RetryLater { next_retry_at: DateTime<Utc> },
     /// Terminal or waiting: nothing to run.
@@ -252,9 +257,10 @@ impl NotClaimed {
             return NotClaimed::Missing;
         };
         match (state.status, state.lease_expires_at, state.next_retry_at) {
-            (JobStatus::Running, Some(lease_expires_at), _) => {
-                NotClaimed::Leased { lease_expires_at }
-            }
+            (JobStatus::Running, Some(lease_expires_at), _) => NotClaimed::Leased {
+                lease_expires_at,
+                holder: state.worker_id,
+            },
             (JobStatus::Retry, _, Some(next_retry_at)) => NotClaimed::RetryLater { next_retry_at },
             (status, _, _) => NotClaimed::Settled(status),
         }
@@ -287,13 +293,15 @@ mod tests {
                 status,
                 lease_expires_at,
                 next_retry_at,
+                worker_id: Some("w-1".to_owned()),
             })
         };
         assert_eq!(NotClaimed::of(None), NotClaimed::Missing);
         assert_eq!(
             NotClaimed::of(state(JobStatus::Running, Some(at), None)),
             NotClaimed::Leased {
-                lease_expires_at: at
+                lease_expires_at: at,
+                holder: Some("w-1".to_owned())
             }
         );
         assert_eq!(

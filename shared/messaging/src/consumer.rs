@@ -2,7 +2,9 @@
 //! this runner turns that into `ack` (done), `nak` with a delay (retry later) or `term` plus a
 //! dead-letter record (poison, or retries exhausted). While a handler runs, the runner sends
 //! `in progress` acks so a long job keeps its delivery. Handlers acknowledge nothing
-//! themselves, and return only once their effect is committed.
+//! themselves, and return only once their effect is committed. A handler may hand a delivery
+//! to another process instead ([`Outcome::HandedOver`]), which settles it by the same rules
+//! ([`handed`], [`settle_handed`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,6 +33,8 @@ pub enum Outcome {
     Retry(Duration),
     /// Can never succeed: terminate it and record a dead letter.
     Poison(String),
+    /// Handed to another process, which settles it ([`handed`]): nothing is sent from here.
+    HandedOver,
 }
 
 /// A delivered message and where it is in its delivery history.
@@ -52,6 +56,71 @@ impl Delivery {
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_slice(&self.message.payload)
     }
+
+    /// The delivery as a core NATS message for another process to settle ([`handed`]): its
+    /// payload and headers, with its subject and acknowledgement subject in two headers of
+    /// their own. `None` for a message without an acknowledgement subject.
+    pub fn hand_over(&self) -> Option<(async_nats::HeaderMap, bytes::Bytes)> {
+        let reply = self.message.reply.as_ref()?;
+        let mut headers = self.message.headers.clone().unwrap_or_default();
+        headers.insert(HANDED_SUBJECT, self.message.subject.as_str());
+        headers.insert(HANDED_ACK, reply.as_str());
+        Some((headers, self.message.payload.clone()))
+    }
+}
+
+/// The headers a handed-over delivery carries its subject and acknowledgement subject in.
+const HANDED_SUBJECT: &str = "Maestro-Handed-Subject";
+const HANDED_ACK: &str = "Maestro-Handed-Ack";
+
+/// A delivery another process handed over ([`Delivery::hand_over`]), to be settled here through
+/// `context` exactly as its own runner would have ([`settle_handed`]). `None` when the message
+/// is not one.
+pub fn handed(
+    message: async_nats::Message,
+    context: jetstream::Context,
+    max_deliver: i64,
+) -> Option<Delivery> {
+    let headers = message.headers.as_ref()?;
+    let subject = headers.get(HANDED_SUBJECT)?.as_str().to_owned();
+    let reply = headers.get(HANDED_ACK)?.as_str().to_owned();
+    let mut own = async_nats::HeaderMap::new();
+    for (name, values) in headers.iter() {
+        if [HANDED_SUBJECT, HANDED_ACK].contains(&name.as_ref()) {
+            continue;
+        }
+        for value in values {
+            own.append(name.clone(), value.clone());
+        }
+    }
+    let headers = own;
+    let message = jetstream::Message {
+        message: async_nats::Message {
+            subject: subject.into(),
+            reply: Some(reply.into()),
+            headers: Some(headers),
+            ..message
+        },
+        context,
+    };
+    let attempt = message.info().ok()?.delivered.max(1) as u64;
+    Some(Delivery {
+        message,
+        attempt,
+        max_deliver,
+    })
+}
+
+/// Settle a handed-over delivery with what `work` decides, sending `in progress` acks every
+/// `heartbeat` meanwhile, as the runner does for a delivery of its own.
+pub async fn settle_handed<H: Handler>(
+    delivery: &Delivery,
+    handler: &H,
+    heartbeat: Duration,
+    work: impl Future<Output = Outcome>,
+) {
+    let outcome = with_heartbeat(delivery, work, heartbeat).await;
+    settle(delivery, handler, outcome).await;
 }
 
 /// Processes deliveries of one consumer.
@@ -197,15 +266,18 @@ async fn process<H: Handler>(
         max_deliver: config.max_deliver,
     };
     async {
-        let outcome = with_heartbeat(&delivery, &*handler, config.heartbeat).await;
+        let outcome = with_heartbeat(&delivery, handler.handle(&delivery), config.heartbeat).await;
         settle(&delivery, &*handler, outcome).await;
     }
     .instrument(span)
     .await;
 }
 
-async fn with_heartbeat<H: Handler>(delivery: &Delivery, handler: &H, every: Duration) -> Outcome {
-    let work = handler.handle(delivery);
+async fn with_heartbeat(
+    delivery: &Delivery,
+    work: impl Future<Output = Outcome>,
+    every: Duration,
+) -> Outcome {
     tokio::pin!(work);
     let mut ticker = tokio::time::interval(every);
     ticker.tick().await;
@@ -223,6 +295,7 @@ async fn with_heartbeat<H: Handler>(delivery: &Delivery, handler: &H, every: Dur
 
 async fn settle<H: Handler>(delivery: &Delivery, handler: &H, outcome: Outcome) {
     let ack = match outcome {
+        Outcome::HandedOver => return,
         Outcome::Done => AckKind::Ack,
         Outcome::Retry(_) if delivery.is_last_attempt() => {
             handler

@@ -5,6 +5,7 @@
 //! | subject | carries |
 //! |---|---|
 //! | `<p>.jobs.dispatch.<profile>` | job dispatch (work queue, stream `<P>_JOBS`) |
+//! | `<p>.workers.<worker_id>.handover` | a job dispatch's delivery, handed to the worker whose hint runs the job (core NATS, request/reply) |
 //! | `<p>.jobs.<job_id>.control` | interject/cancel wake-ups for a running job (core NATS) |
 //! | `<p>.outbox.wake` | a writer committed outbox rows: the relay drains (core NATS) |
 //! | `<p>.outbox.published` | a writer published its own outbox rows: the relay deletes them (core NATS) |
@@ -64,6 +65,23 @@ impl Subjects {
     /// `<p>.jobs.dispatch.>`
     pub fn dispatch_all(&self) -> String {
         format!("{}.jobs.dispatch.>", self.prefix)
+    }
+
+    /// `<p>.workers.<worker_id>.handover`: deliveries of jobs this worker's hints run, handed
+    /// to it by the worker JetStream gave them to (request/reply). Characters of the id that
+    /// cannot be in a subject token become `_`.
+    pub fn handover(&self, worker_id: &str) -> String {
+        let token: String = worker_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{}.workers.{token}.handover", self.prefix)
     }
 
     /// `<p>.signals.<task_id>.<kind>`: a signal about a task (stream `<P>_SIGNALS`).
@@ -249,6 +267,10 @@ mod tests {
             "t-1.notify.task.succeeded"
         );
         assert_eq!(s.stream("JOBS"), "T_1_JOBS");
+        assert_eq!(
+            s.handover("worker-host.example:7 b>*"),
+            "t-1.workers.worker-host_example_7_b__.handover"
+        );
     }
 
     #[test]

@@ -58,8 +58,12 @@ pub const HTTP_REQUESTS: &str = "maestro_http_requests_total";
 pub const WEBHOOK_DELIVERIES: &str = "maestro_webhook_deliveries_total";
 /// Scheduled runs started (`outcome`: started, skipped).
 pub const SCHEDULE_FIRES: &str = "maestro_schedule_fires_total";
-/// Job dispatches a worker took (`via`: hint, jetstream; docs/architecture.md#dispatch-hints).
+/// Jobs a worker claimed from their dispatch (`via`: hint, jetstream;
+/// docs/architecture.md#dispatch-hints).
 pub const DISPATCHES: &str = "maestro_dispatches_total";
+/// Job deliveries a worker handed to the worker whose hint runs the job (`outcome`: taken,
+/// refused, unanswered; docs/architecture.md#dispatch-hints).
+pub const HANDOVERS: &str = "maestro_dispatch_handovers_total";
 /// New jobs' first LLM requests sent while the claim was made (`outcome`: used, asked_again,
 /// unused; docs/architecture.md#the-first-llm-call-beside-the-claim).
 pub const EARLY_FIRST_CALLS: &str = "maestro_llm_early_first_calls_total";
@@ -78,7 +82,11 @@ pub const HELP: &[(&str, &str)] = &[
     (ITERATION_DURATION, "One iteration of the movement loop."),
     (
         DISPATCHES,
-        "Job dispatches a worker took, by the path that brought each first.",
+        "Jobs a worker claimed from their dispatch, by the path whose claim took each.",
+    ),
+    (
+        HANDOVERS,
+        "Job deliveries handed to the worker whose dispatch hint runs the job, by its answer.",
     ),
     (
         EARLY_FIRST_CALLS,

@@ -3,7 +3,7 @@
 //! own, the scripted LLM answering at once — and prints throughput, end-to-end latency
 //! (request sent → `succeeded` event received on NATS) and Postgres commits per job.
 //!
-//! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C] [--cluster N]`
+//! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N]`
 //! (`--cluster 3`: the same load on one nats-server and on a 3-node JetStream cluster, R3)
 //!
 //! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`),
@@ -39,7 +39,7 @@ mod tools;
 
 /// What `maestro-bench --help` prints (the module's doc above says what each measures).
 const USAGE: &str = "\
-usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N]   the reference job
+usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N]   the reference job
        maestro-bench sse [--clients N] [--parse-all]
        maestro-bench tools [--calls N]
        maestro-bench subtasks [--tasks N] [--fanout K]

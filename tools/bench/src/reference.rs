@@ -24,6 +24,8 @@ pub struct Args {
     /// `--cluster N`: run the same load on one nats-server and then on an N-node JetStream
     /// cluster (streams with min(N, 3) replicas), and print both.
     pub cluster: Option<usize>,
+    /// `--workers N`: this many workers on the one profile (1 by default).
+    pub workers: usize,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
@@ -33,6 +35,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         warmup: 100,
         export_traces: false,
         cluster: None,
+        workers: 1,
     };
     while let Some(flag) = it.next() {
         if flag == "--export-traces" {
@@ -45,16 +48,17 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             "--concurrency" => args.concurrency = value.parse()?,
             "--warmup" => args.warmup = value.parse()?,
             "--cluster" => args.cluster = Some(value.parse()?),
+            "--workers" => args.workers = value.parse()?,
             other => {
                 anyhow::bail!(
-                    "unknown flag {other}; flags: --jobs N --concurrency C --warmup N --export-traces --cluster N"
+                    "unknown flag {other}; flags: --jobs N --concurrency C --warmup N --export-traces --cluster N --workers N"
                 )
             }
         }
     }
     anyhow::ensure!(
-        args.jobs >= 1 && args.concurrency >= 1,
-        "--jobs, --concurrency ≥ 1"
+        args.jobs >= 1 && args.concurrency >= 1 && args.workers >= 1,
+        "--jobs, --concurrency, --workers ≥ 1"
     );
     Ok(args)
 }
@@ -67,7 +71,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         true => Some(maestro_testkit::OtlpSink::start().await),
         false => None,
     };
-    let bench = Bench::start_with(receiver.as_ref().map(|r| r.url.as_str())).await?;
+    let otlp = receiver.as_ref().map(|r| r.url.as_str());
+    let bench = Bench::start_workers(otlp, 1, args.workers).await?;
     println!("warming up with {} jobs", args.warmup);
     bench.jobs(args.warmup, args.concurrency).await?;
     println!("running {} jobs, {} at a time", args.jobs, args.concurrency);
@@ -140,6 +145,8 @@ struct Board {
 pub struct Bench {
     stack: Arc<Stack>,
     board: Arc<Mutex<Board>>,
+    /// The workers' instance names.
+    workers: Vec<String>,
 }
 
 /// What one measured run showed.
@@ -214,6 +221,15 @@ impl Bench {
 
     /// [`Bench::start_with`] on a JetStream cluster of `nats_nodes` (one server: 1).
     pub async fn start_on(otlp: Option<&str>, nats_nodes: usize) -> anyhow::Result<Self> {
+        Self::start_workers(otlp, nats_nodes, 1).await
+    }
+
+    /// [`Bench::start_on`] with `workers` workers.
+    pub async fn start_workers(
+        otlp: Option<&str>,
+        nats_nodes: usize,
+        workers: usize,
+    ) -> anyhow::Result<Self> {
         let mut options = StackOptions::new(scenario())
             .nats_cluster(nats_nodes)
             // `BENCH_RUST_LOG=info TEST_LOG=1` keeps the services' logs.
@@ -227,10 +243,23 @@ impl Bench {
         if let Some(url) = otlp {
             options = options.env("OTEL_EXPORTER_OTLP_ENDPOINT", url);
         }
-        let stack = Arc::new(Stack::spawn(options).await?);
+        let mut stack = Stack::spawn(options).await?;
+        let mut names = vec!["worker".to_owned()];
+        for n in 2..=workers {
+            let name = format!("worker-{n}");
+            stack
+                .start(maestro_testkit::Service::Worker, &name, &[])
+                .await?;
+            names.push(name);
+        }
+        let stack = Arc::new(stack);
         let board: Arc<Mutex<Board>> = Arc::default();
         listen_for_success(&stack, board.clone()).await?;
-        Ok(Self { stack, board })
+        Ok(Self {
+            stack,
+            board,
+            workers: names,
+        })
     }
 
     /// Run `n` jobs, at most `concurrency` in flight, and measure.
@@ -351,7 +380,13 @@ impl Bench {
     /// first LLM calls it sent while claiming (its counters since it started, the warm-up's
     /// jobs included).
     pub async fn worker_paths(&self) {
-        let text = self.stack.scrape("worker").await;
+        for worker in &self.workers {
+            self.worker_path(worker).await;
+        }
+    }
+
+    async fn worker_path(&self, worker: &str) {
+        let text = self.stack.scrape(worker).await;
         let of = |metric: &str, label: &str| -> String {
             let prefix = format!("{metric}{{");
             let pairs: Vec<String> = text
@@ -374,8 +409,9 @@ impl Bench {
             }
         };
         println!(
-            "worker:      dispatches taken by {}; early first LLM calls {}",
+            "{worker}: dispatches taken by {}; deliveries handed over: {}; early first LLM calls {}",
             of("maestro_dispatches_total", "via"),
+            of("maestro_dispatch_handovers_total", "outcome"),
             of("maestro_llm_early_first_calls_total", "outcome")
         );
     }
