@@ -93,6 +93,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     ));
     let hints = if settings.dispatch_hints {
+        let joined = bus
+            .nats
+            .subscribe(bus.subjects.workers_joined())
+            .await
+            .context("subscribe to joining workers")?;
+        say_joined(&bus, &worker).await;
         let handovers = bus
             .nats
             .subscribe(bus.subjects.handover(&settings.worker_id))
@@ -101,6 +107,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         Some((
             hint_subscriptions(&bus, &settings.profiles).await?,
             handovers,
+            joined,
         ))
     } else {
         None
@@ -119,11 +126,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         signals,
         claimer,
     }));
-    let hints = hints.map(|(hints, handovers)| {
+    let hints = hints.map(|(hints, handovers, joined)| {
         tokio::spawn(watch_company(
             pool.clone(),
             worker.clone(),
             handler.clone(),
+            joined,
             shutdown.clone(),
         ));
         let handovers = tokio::spawn(
@@ -176,21 +184,54 @@ async fn hint_subscriptions(
     Ok(futures::stream::select_all(subscriptions))
 }
 
+/// Say on `<p>.workers.joined` that this worker is here (it is in the `workers` table already
+/// and takes no job yet), so that workers of its profiles stop their early first LLM calls at
+/// once rather than at their next look at the table ([`watch_company`]).
+async fn say_joined(
+    bus: &maestro_messaging::Bus,
+    (id, profiles, _): &(String, Vec<String>, Vec<String>),
+) {
+    let joined = maestro_messaging::payloads::WorkerJoined {
+        worker_id: id.clone(),
+        profiles: profiles.clone(),
+    };
+    let payload = serde_json::to_vec(&joined).expect("a joined notice serializes");
+    let subject = bus.subjects.workers_joined();
+    let said = match bus.nats.publish(subject, payload.into()).await {
+        Ok(()) => bus.nats.flush().await.map_err(anyhow::Error::from),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = said {
+        tracing::warn!(error = %e, "cannot say this worker has joined");
+    }
+}
+
 /// Send a hinted job's first LLM call beside its claim only while no other worker serves this
-/// worker's profiles (looked at every second): with company, the job's JetStream delivery
-/// could reach the other worker and be claimed there first, and the call would be paid for
-/// nothing.
+/// worker's profiles (looked at every second, and at once when one says it has joined): with
+/// company, the job's JetStream delivery could reach the other worker and be claimed there
+/// first, and the call would be paid for nothing.
 async fn watch_company(
     pool: maestro_db::PgPool,
     (id, profiles, _): (String, Vec<String>, Vec<String>),
     handler: Arc<handler::JobHandler>,
+    mut joined: async_nats::Subscriber,
     shutdown: CancellationToken,
 ) {
+    use futures::StreamExt as _;
     let recently = maestro_db::workers::HEARTBEAT * 3;
     let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
+            Some(notice) = joined.next() => {
+                let notice = serde_json::from_slice::<maestro_messaging::payloads::WorkerJoined>(
+                    &notice.payload,
+                );
+                if notice.is_ok_and(|joined| joined.is_company_of(&id, &profiles)) {
+                    handler.set_alone(false);
+                }
+                continue;
+            }
             () = shutdown.cancelled() => return,
         }
         match maestro_db::workers::others_serving(&pool, &id, &profiles, recently).await {

@@ -171,6 +171,21 @@ pub struct WebhookDelivery {
     pub delivery_id: DeliveryId,
 }
 
+/// "A worker has joined": published on `<p>.workers.joined` (core NATS) by a starting worker,
+/// once it is in the `workers` table and before it takes any job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerJoined {
+    pub worker_id: String,
+    pub profiles: Vec<String>,
+}
+
+impl WorkerJoined {
+    /// Whether it is another worker than `worker_id` serving one of `profiles`.
+    pub fn is_company_of(&self, worker_id: &str, profiles: &[String]) -> bool {
+        self.worker_id != worker_id && self.profiles.iter().any(|p| profiles.contains(p))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +204,17 @@ mod tests {
         assert_eq!(delta.stream_id(), Some(StreamId::delta(4, 2)));
         let back: Delta = serde_json::from_value(json).expect("parse");
         assert_eq!(back, delta);
+    }
+
+    #[test]
+    fn a_joined_worker_is_company_when_it_serves_one_of_the_profiles() {
+        let joined = WorkerJoined {
+            worker_id: "b".to_owned(),
+            profiles: vec!["default".to_owned(), "gpu".to_owned()],
+        };
+        let profiles = |ps: &[&str]| ps.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        assert!(joined.is_company_of("a", &profiles(&["gpu"])));
+        assert!(!joined.is_company_of("a", &profiles(&["cpu"])));
+        assert!(!joined.is_company_of("b", &profiles(&["gpu"])), "itself");
     }
 }

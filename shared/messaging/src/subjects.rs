@@ -5,6 +5,7 @@
 //! | subject | carries |
 //! |---|---|
 //! | `<p>.jobs.dispatch.<profile>` | job dispatch (work queue, stream `<P>_JOBS`) |
+//! | `<p>.workers.joined` | a worker has started: the others stop early first LLM calls if it serves one of their profiles (core NATS) |
 //! | `<p>.workers.<worker_id>.handover` | a job dispatch's delivery, handed to the worker whose hint runs the job (core NATS, request/reply) |
 //! | `<p>.jobs.<job_id>.control` | interject/cancel wake-ups for a running job (core NATS) |
 //! | `<p>.outbox.wake` | a writer committed outbox rows: the relay drains (core NATS) |
@@ -82,6 +83,11 @@ impl Subjects {
             })
             .collect();
         format!("{}.workers.{token}.handover", self.prefix)
+    }
+
+    /// `<p>.workers.joined`: a starting worker says so (core NATS).
+    pub fn workers_joined(&self) -> String {
+        format!("{}.workers.joined", self.prefix)
     }
 
     /// `<p>.signals.<task_id>.<kind>`: a signal about a task (stream `<P>_SIGNALS`).
@@ -271,6 +277,7 @@ mod tests {
             s.handover("worker-host.example:7 b>*"),
             "t-1.workers.worker-host_example_7_b__.handover"
         );
+        assert_eq!(s.workers_joined(), "t-1.workers.joined");
     }
 
     #[test]
