@@ -748,6 +748,9 @@ async fn no_early_first_call_goes_out_that_the_prompt_guard_would_refuse() {
     );
     let requests = stack.llm.requests().await.expect("requests");
     assert!(requests.is_empty(), "nothing was sent: {requests:?}");
+    // Nothing was paid for, so nothing is counted as an early call that went unused.
+    let early = counter(&stack, "worker", "maestro_llm_early_first_calls_total", "").await;
+    assert_eq!(early, 0, "an early call never sent is not counted");
 }
 
 /// With another worker on the profile, hints are still followed. A hinted job's JetStream

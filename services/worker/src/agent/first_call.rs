@@ -84,8 +84,11 @@ impl FirstCall {
     /// early call is dropped).
     pub(super) async fn answer(mut self, body: &[u8]) -> Option<Result<ChatStream, LlmError>> {
         self.taken = true;
-        // Not sent at all (see `request`): nothing was paid for.
-        let (asked, answer) = (&mut self.call).await.ok().flatten()?;
+        let Some((asked, answer)) = (&mut self.call).await.ok().flatten() else {
+            // Not sent at all (see `request`): nothing was paid for, nothing is counted.
+            self.span.record("outcome", "not_sent");
+            return None;
+        };
         let (outcome, answer) = match asked == body {
             true => ("used", Some(answer)),
             false => ("asked_again", None),
@@ -101,11 +104,23 @@ impl FirstCall {
 }
 
 /// One that no job compared with its request (the claim went elsewhere, or the job ended
-/// before its first LLM call) is stopped, and its connection closed.
+/// before its first LLM call) is stopped, and its connection closed. One that had decided not
+/// to send anything (see `request`) cost nothing and is not counted.
 impl Drop for FirstCall {
     fn drop(&mut self) {
+        if self.taken {
+            // `answer` awaited the call (it must not be polled again) and counted it.
+            self.call.abort();
+            return;
+        }
+        let not_sent = matches!(
+            futures::FutureExt::now_or_never(&mut self.call),
+            Some(Ok(None) | Err(_))
+        );
         self.call.abort();
-        if !self.taken {
+        if not_sent {
+            self.span.record("outcome", "not_sent");
+        } else {
             counted("unused");
             self.span.record("outcome", "unused");
         }
