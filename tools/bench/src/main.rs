@@ -8,7 +8,8 @@
 //!
 //! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`),
 //! `maestro-bench sse [--clients N] [--parse-all]` token-to-client latency and the gateway's
-//! cost (`sse.rs`),
+//! cost (`sse.rs`), `maestro-bench sse-floor [--clients N]` the same fan-out by a bare server
+//! (`sse_floor.rs`),
 //! `maestro-bench iterations [--jobs N] [--turns T] [--upstream URL] [--background BYTES]`: the
 //! worker's own overhead per LLM iteration and the prompt-cache reuse after movement
 //! transitions (`iterations.rs`), `maestro-bench subtasks [--tasks N] [--fanout K]` what
@@ -33,6 +34,7 @@ mod reference;
 mod schedules;
 mod signals;
 mod sse;
+mod sse_floor;
 mod subtasks;
 mod timeline;
 mod tools;
@@ -41,6 +43,7 @@ mod tools;
 const USAGE: &str = "\
 usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N]   the reference job
        maestro-bench sse [--clients N] [--parse-all]
+       maestro-bench sse-floor [--clients N]
        maestro-bench tools [--calls N]
        maestro-bench subtasks [--tasks N] [--fanout K]
        maestro-bench latency [--database URL] [--nats URL]
@@ -74,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
             let parse_all = rest().any(|a| a == "--parse-all");
             sse::run(flag("--clients", 1000)?, parse_all).await
         }
+        Some("sse-floor") => sse_floor::run(flag("--clients", 1000)?).await,
         Some("tools") => tools::run(flag("--calls", 1000)?).await,
         Some("subtasks") => subtasks::run(subtasks::parse(rest())?).await,
         Some("latency") => latency::run(latency::parse(rest())?).await,

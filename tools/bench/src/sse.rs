@@ -15,7 +15,7 @@ use maestro_testkit::{SseClient, Stack, StackOptions};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-const CHUNKS: usize = 400;
+pub(crate) const CHUNKS: usize = 400;
 
 pub async fn run(clients: usize, parse_all: bool) -> anyhow::Result<()> {
     // Everyone connects during the first turn's delay (3 s, and 3 ms more per client).
@@ -115,9 +115,9 @@ pub async fn run(clients: usize, parse_all: bool) -> anyhow::Result<()> {
 /// One stamped text delta a client received: when the LLM server sent it (µs since the epoch)
 /// and how long it took to reach the client (µs).
 #[derive(Debug, Clone, Copy)]
-struct Sample {
-    sent: u64,
-    latency: u64,
+pub(crate) struct Sample {
+    pub(crate) sent: u64,
+    pub(crate) latency: u64,
 }
 
 impl Sample {
@@ -154,7 +154,7 @@ async fn drain_open(stack: &Stack, path: &str) -> anyhow::Result<tokio::net::Tcp
 /// Read a stream, noting each stamped text delta, until the job succeeds. Only what that
 /// needs is looked at: each SSE event (the text between blank lines) is searched for its kind
 /// and the stamp; nothing is parsed as JSON.
-async fn drain(mut socket: tokio::net::TcpStream) -> Vec<Sample> {
+pub(crate) async fn drain(mut socket: tokio::net::TcpStream) -> Vec<Sample> {
     let mut latencies = Vec::with_capacity(CHUNKS);
     let mut buffer = Vec::with_capacity(16 * 1024);
     let mut read = vec![0u8; 16 * 1024];
@@ -199,14 +199,14 @@ fn stamp(event: &[u8]) -> Option<u64> {
         .ok()
 }
 
-fn micros_now() -> u64 {
+pub(crate) fn micros_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// p50, p99 and the maximum of `latencies` (µs), in ms.
-fn percentiles(mut latencies: Vec<u64>) -> [f64; 3] {
+pub(crate) fn percentiles(mut latencies: Vec<u64>) -> [f64; 3] {
     latencies.sort_unstable();
     let at = |p: f64| {
         let i = ((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1));
@@ -245,7 +245,7 @@ async fn measure(
 }
 
 /// CPU time (ms) this process — the clients — has used so far.
-fn own_cpu_ms() -> i64 {
+pub(crate) fn own_cpu_ms() -> i64 {
     crate::reference::process_cpu("/proc/self/stat".as_ref()).map_or(0, |(_, ms)| ms)
 }
 
