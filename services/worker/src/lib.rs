@@ -98,7 +98,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             .subscribe(bus.subjects.workers_joined())
             .await
             .context("subscribe to joining workers")?;
-        say_joined(&bus, &worker).await;
         let handovers = bus
             .nats
             .subscribe(bus.subjects.handover(&settings.worker_id))
@@ -112,6 +111,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     } else {
         None
     };
+    // Said with hints off too: this worker's deliveries compete with the others' hints.
+    say_joined(&bus, &worker).await;
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool: pool.clone(),
         bus,
