@@ -528,6 +528,14 @@ fn cpu_by_process() -> HashMap<String, i64> {
     };
     for entry in dir.flatten() {
         if let Some((name, ms)) = process_cpu(&entry.path().join("stat")) {
+            // A kernel worker's name changes with its work item (`kworker/u8:3-flush-254:0`,
+            // then `kworker/u8:3-events_unbound`): they are counted together, or a before and
+            // an after would not meet.
+            let name = if name.starts_with("kworker/") {
+                "kworker (all)".to_owned()
+            } else {
+                name
+            };
             *sums.entry(name).or_insert(0) += ms;
         }
     }
