@@ -88,6 +88,7 @@ impl JobHandler {
                 .map(NotClaimed::of),
             Err(e) => Err(e),
         };
+        let mut holder = None;
         let later = match not_claimed {
             // Still queued yet not taken: it names a model this worker does not serve. Another
             // worker of the profile may; the job shows why it waits (`queued_reason`).
@@ -105,16 +106,10 @@ impl JobHandler {
             // takes the delivery over).
             Ok(NotClaimed::Leased {
                 lease_expires_at,
-                holder,
+                holder: leased_by,
             }) => {
-                let later = until(lease_expires_at) + Duration::from_millis(100);
-                let holder = holder.filter(|h| *h != self.deps.settings.worker_id);
-                let outcome = if last {
-                    Outcome::Done
-                } else {
-                    Outcome::Retry(later)
-                };
-                return Err(Refused { outcome, holder });
+                holder = leased_by.filter(|h| *h != self.deps.settings.worker_id);
+                until(lease_expires_at) + Duration::from_millis(100)
             }
             Ok(NotClaimed::RetryLater { next_retry_at }) => until(next_retry_at),
             Err(e) => {
@@ -124,14 +119,12 @@ impl JobHandler {
         };
         // Without another delivery, the scheduler's re-dispatch takes over when the job
         // stalls; giving the message up is not an error worth a dead letter.
-        Err(Refused {
-            outcome: if last {
-                Outcome::Done
-            } else {
-                Outcome::Retry(later)
-            },
-            holder: None,
-        })
+        let outcome = if last {
+            Outcome::Done
+        } else {
+            Outcome::Retry(later)
+        };
+        Err(Refused { outcome, holder })
     }
 }
 

@@ -93,12 +93,11 @@ pub fn handed(
             own.append(name.clone(), value.clone());
         }
     }
-    let headers = own;
     let message = jetstream::Message {
         message: async_nats::Message {
             subject: subject.into(),
             reply: Some(reply.into()),
-            headers: Some(headers),
+            headers: Some(own),
             ..message
         },
         context,

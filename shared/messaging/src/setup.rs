@@ -161,16 +161,7 @@ impl OperationOutcomes {
     }
 
     fn subject(&self, operation_id: &str) -> String {
-        let key: String = operation_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let key = crate::subjects::token(operation_id);
         format!("{}.operations.{key}", self.prefix)
     }
 

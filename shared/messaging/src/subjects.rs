@@ -72,17 +72,7 @@ impl Subjects {
     /// to it by the worker JetStream gave them to (request/reply). Characters of the id that
     /// cannot be in a subject token become `_`.
     pub fn handover(&self, worker_id: &str) -> String {
-        let token: String = worker_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        format!("{}.workers.{token}.handover", self.prefix)
+        format!("{}.workers.{}.handover", self.prefix, token(worker_id))
     }
 
     /// `<p>.workers.joined`: a starting worker says so (core NATS).
@@ -249,6 +239,19 @@ impl Subjects {
             .collect();
         format!("{prefix}_{role}")
     }
+}
+
+/// `text` as one subject token: every character but letters, digits, `-` and `_` becomes `_`.
+pub(crate) fn token(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
