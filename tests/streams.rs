@@ -296,6 +296,60 @@ async fn after_keep_alives_and_aged_out_deltas() {
     );
 }
 
+/// The deltas stream holds at most `DELTAS_MAX_BYTES`, the oldest evicted first. A client
+/// that connects while a message streams, after its first deltas were evicted, gets none of
+/// that message's text rather than text with its start missing (and the gateway does not
+/// replay again at every later delta): the message event brings it whole. A client that
+/// followed from the start has every delta live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_first_deltas_were_evicted_comes_whole_from_its_event() {
+    // No repeats: text from the middle of it is never a prefix of it.
+    let text: String = (0..120).map(|i| format!("w{i} ")).collect();
+    let scenario = json!({"scenarios": [{"name": "evicting", "turns": [
+        {"text": text, "chunk_chars": 1, "chunk_delay_ms": 4, "delay_ms": 300,
+         "tool_calls": [{"name": "complete", "arguments": {"result": "ok"}}]}
+    ]}]});
+    // About 20 deltas fit: by the 200th the first are gone. The reply starts 300 ms in, when
+    // the first client is surely following.
+    let stack = Stack::up(StackOptions::new(scenario).env("DELTAS_MAX_BYTES", "8192")).await;
+    let id = stack.new_task(&json!({"instruction": "stream"})).await;
+    let succeeded =
+        |i: &SseItem| i.event == "job_state" && i.data["payload"]["status"] == "succeeded";
+
+    let mut first = stack.stream(id, None).await;
+    let mut seen = Vec::new();
+    while seen
+        .iter()
+        .filter(|i: &&SseItem| i.event == "delta")
+        .count()
+        < 200
+    {
+        let item = first
+            .next(Duration::from_secs(30))
+            .await
+            .expect("the message streams");
+        assert!(!succeeded(&item), "the message ended before 200 deltas");
+        seen.push(item);
+    }
+    let mut late = stack.stream(id, None).await;
+    let late_items = late.read_until(WAIT, succeeded).await;
+    seen.extend(first.read_until(WAIT, succeeded).await);
+    let persisted = stack.events(id).await;
+
+    check_stream(&seen, &persisted, true, text.len());
+    check_stream(&late_items, &persisted, false, 0);
+    assert!(
+        late_items.iter().all(|i| i.event != "delta"),
+        "no delta of a message whose start is gone: {:?}",
+        late_items.iter().find(|i| i.event == "delta")
+    );
+    let message = late_items
+        .iter()
+        .find(|i| i.event == "message" && i.data["payload"]["role"] == "assistant")
+        .expect("the message, from its event");
+    assert_eq!(message.data["payload"]["content"], text.as_str());
+}
+
 /// A client that stops reading does not make the gateway buffer without limit: once the TCP
 /// buffers and `SSE_BUFFER` items are full and nothing moves for `SSE_STALL_MS`, it is
 /// disconnected — and it resumes from the last item it read, missing nothing.

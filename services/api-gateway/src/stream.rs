@@ -7,7 +7,9 @@
 //! nothing is sent twice. Missing items are filled in from their durable source first: events
 //! from Postgres, deltas of the message being generated from the deltas stream. A delta that
 //! belongs to a message already committed is never sent after it (the merged message event
-//! replaces it).
+//! replaces it), and text is never sent past a hole: when the deltas stream no longer holds
+//! some of a message's deltas (aged out, evicted by its byte bound, or lost with a NATS
+//! restart), that client gets the message from its event, whole, and no more of its deltas.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -105,6 +107,7 @@ pub async fn open(
         task_id,
         creator,
         last,
+        given_up: None,
         ahead: ahead.clone(),
         render,
     };
@@ -254,6 +257,9 @@ struct Pump<R> {
     task_id: TaskId,
     creator: bool,
     last: StreamId,
+    /// The `seq` after which the message being generated has deltas this client cannot get
+    /// (no longer stored): its later deltas are not sent, and its event brings the text.
+    given_up: Option<i64>,
     ahead: Ahead,
     render: R,
 }
@@ -325,17 +331,21 @@ impl<R: Render> Pump<R> {
             // The delta follows an event this client has not been sent yet.
             self.catch_up(id.seq).await?;
         }
+        if self.given_up == Some(id.seq) {
+            return Ok(());
+        }
         if id.seq == self.last.seq && id.delta > self.last.delta + 1 {
             // Deltas in between were missed (a slow subscription, a reconnect): replay them.
             self.replay_deltas(Missing::Some).await?;
         }
-        if id <= self.last || id.seq != self.last.seq {
+        if id <= self.last || id.seq != self.last.seq || self.given_up == Some(id.seq) {
             return Ok(());
         }
         if id.delta > self.last.delta + 1 {
-            // Still a hole (the deltas stream has not stored the missing ones yet): never
-            // send text past it — the next delta tries again, and the message event brings
-            // the whole text in any case.
+            // Still a hole after a replay that waited for the stream to store what it
+            // missed: they are not coming. Never send text past it; the message event
+            // brings the whole text, and later deltas do not replay again each.
+            self.given_up = Some(id.seq);
             return Ok(());
         }
         let items = self.render.live_delta(id, shared);
@@ -370,8 +380,10 @@ impl<R: Render> Pump<R> {
     }
 
     /// Send the stored deltas of the message being generated after the last event sent
-    /// (those after the last delta sent, if the client had some). Deltas that aged out of
-    /// the stream are simply not there: the message event will carry the whole text.
+    /// (those after the last delta sent, if the client had some), up to the first hole.
+    /// Deltas no longer stored (aged out, evicted by the stream's byte bound, lost with a
+    /// restart) leave one: from there the client gets none of that message's deltas, and its
+    /// event carries the whole text.
     fn replay_deltas(&mut self, missing: Missing) -> BoxFuture<'_, Result<(), Gone>> {
         Box::pin(self.replay_deltas_inline(missing))
     }
@@ -415,7 +427,12 @@ impl<R: Render> Pump<R> {
             let Some(id) = delta.stream_id() else {
                 continue;
             };
-            if id > self.last && id.seq == self.last.seq {
+            if id > self.last && id.seq == self.last.seq && self.given_up != Some(id.seq) {
+                if id.delta > self.last.delta + 1 {
+                    // The stream holds this one but not those before it: they are gone.
+                    self.given_up = Some(id.seq);
+                    break;
+                }
                 let items = self.render.delta(id, &delta);
                 self.send(id, items).await?;
             }

@@ -3,7 +3,9 @@
 //! subscribers get it at once, and the deltas stream, which captures the subject, keeps it for
 //! a short retention so reconnecting clients can catch up, without the worker waiting for a
 //! JetStream acknowledgement per fragment. Deltas are best-effort: the merged message event is
-//! the durable record.
+//! the durable record. They carry no `Nats-Msg-Id`: each is published once, with its id in
+//! the payload, so the stream has nothing to de-duplicate (and no id to remember per
+//! fragment, hundreds of them per turn with a real model).
 
 use bytes::Bytes;
 use maestro_domain::{JobId, StreamId, TaskId};
@@ -67,16 +69,10 @@ impl DeltaPublisher {
         let Ok(payload) = serde_json::to_vec(&delta) else {
             return;
         };
-        let msg_id = format!("delta:{}:{}", self.task_id, delta.id);
-        let headers = maestro_messaging::publish::headers(&msg_id);
         let subject = self
             .subjects
             .deltas(self.task_id, self.job_id, self.after_seq);
-        if let Err(e) = self
-            .nats
-            .publish_with_headers(subject, headers, Bytes::from(payload))
-            .await
-        {
+        if let Err(e) = self.nats.publish(subject, Bytes::from(payload)).await {
             tracing::warn!(error = %e, "cannot publish a delta");
         }
     }

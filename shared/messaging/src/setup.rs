@@ -34,6 +34,13 @@ pub struct StreamSettings {
     pub events_max_age: Duration,
     /// How long live deltas stay replayable for reconnecting clients.
     pub deltas_max_age: Duration,
+    /// Where the deltas stream keeps them (`DELTAS_STORAGE`): in memory by default, as they
+    /// are the busiest stream by far with a real model and only ever a convenience (a
+    /// message's event is its durable record), or in files.
+    pub deltas_storage: stream::StorageType,
+    /// The most the deltas stream holds (`DELTAS_MAX_BYTES`), the oldest dropped first: the
+    /// bound that keeps memory storage within the server's `max_memory_store`.
+    pub deltas_max_bytes: i64,
     /// How long notifications stay in the notify stream for direct subscribers.
     pub notify_max_age: Duration,
     /// How many copies of each stream (and so of its consumers) a JetStream cluster keeps
@@ -48,6 +55,8 @@ impl Default for StreamSettings {
             duplicate_window: Duration::from_secs(120),
             events_max_age: Duration::from_secs(24 * 3600),
             deltas_max_age: Duration::from_secs(15 * 60),
+            deltas_storage: stream::StorageType::Memory,
+            deltas_max_bytes: 64 * 1024 * 1024,
             notify_max_age: Duration::from_secs(7 * 24 * 3600),
         }
     }
@@ -88,7 +97,11 @@ pub async fn ensure_streams(
             name: subjects.stream(DELTAS),
             subjects: vec![format!("{p}.deltas.>")],
             max_age: settings.deltas_max_age,
-            duplicate_window: settings.duplicate_window.min(settings.deltas_max_age),
+            max_bytes: settings.deltas_max_bytes,
+            storage: settings.deltas_storage,
+            // Deltas carry no `Nats-Msg-Id` (each is published once; its id is in the
+            // payload), so there is nothing to de-duplicate: keep the window short.
+            duplicate_window: Duration::from_secs(1).min(settings.deltas_max_age),
             ..Default::default()
         },
         stream::Config {
@@ -127,7 +140,11 @@ pub async fn ensure_streams(
     for mut config in configs {
         config.num_replicas = settings.replicas.max(1);
         let name = config.name.clone();
+        let disposable = name == subjects.stream(DELTAS);
         patiently(&name, || async {
+            if disposable {
+                recreate_if_storage_differs(js, &config).await?;
+            }
             js.create_or_update_stream(config.clone())
                 .await
                 .map(|_| ())
@@ -137,6 +154,38 @@ pub async fn ensure_streams(
         .map_err(|source| SetupError::Stream { name, source })?;
     }
     Ok(())
+}
+
+/// JetStream cannot change a stream's storage in place. A stream whose content is only a
+/// convenience (the deltas') is deleted for `config` to create it again with the new storage;
+/// its clients get whole messages from their events meanwhile. (Services started with
+/// different settings would each recreate it at their start: set them the same everywhere.)
+async fn recreate_if_storage_differs(
+    js: &jetstream::Context,
+    config: &stream::Config,
+) -> Result<(), async_nats::Error> {
+    let mut stream = match js.get_stream(&config.name).await {
+        Ok(stream) => stream,
+        Err(e) if stream_not_found(&e.kind()) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let storage = stream.info().await?.config.storage;
+    if storage == config.storage {
+        return Ok(());
+    }
+    tracing::info!(stream = %config.name, from = ?storage, to = ?config.storage,
+        "recreating a stream whose storage changes (its live deltas are dropped)");
+    match js.delete_stream(&config.name).await {
+        Ok(_) => Ok(()),
+        // Another service got there first.
+        Err(e) if stream_not_found(&e.kind()) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn stream_not_found(kind: &jetstream::context::GetStreamErrorKind) -> bool {
+    matches!(kind, jetstream::context::GetStreamErrorKind::JetStream(e)
+        if e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// Where the tool-runner records the outcome of every ledgered (side-effecting) tool call, so a

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
+use async_nats::jetstream::stream::StorageType;
+
 /// A variable that is set but cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("environment variable {key} = {value:?} is invalid: {reason}")]
@@ -145,6 +147,15 @@ pub fn stream_settings(env: &Env) -> Result<maestro_messaging::setup::StreamSett
     }
     Ok(maestro_messaging::setup::StreamSettings {
         deltas_max_age: env.millis("DELTAS_RETENTION_MS", defaults.deltas_max_age)?,
+        deltas_storage: match env.string("DELTAS_STORAGE", "memory").trim() {
+            "memory" => StorageType::Memory,
+            "file" => StorageType::File,
+            _ => return Err(env.invalid("DELTAS_STORAGE", "memory or file")),
+        },
+        deltas_max_bytes: match env.parse("DELTAS_MAX_BYTES", defaults.deltas_max_bytes)? {
+            bytes if bytes >= 4096 => bytes,
+            _ => return Err(env.invalid("DELTAS_MAX_BYTES", "at least 4096 (bytes)")),
+        },
         events_max_age: env.millis("EVENTS_RETENTION_MS", defaults.events_max_age)?,
         replicas,
         ..defaults

@@ -3,8 +3,9 @@
 //! own, the scripted LLM answering at once — and prints throughput, end-to-end latency
 //! (request sent → `succeeded` event received on NATS) and Postgres commits per job.
 //!
-//! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N]`
-//! (`--cluster 3`: the same load on one nats-server and on a 3-node JetStream cluster, R3)
+//! `cargo build --release --workspace --bins && target/release/maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N] [--chunks N]`
+//! (`--cluster 3`: the same load on one nats-server and on a 3-node JetStream cluster, R3;
+//! `--chunks N`: the first reply streamed as N deltas)
 //!
 //! `maestro-bench tools [--calls N]` measures tool-call round trips instead (see `tools.rs`),
 //! `maestro-bench sse [--clients N] [--parse-all]` token-to-client latency and the gateway's
@@ -41,7 +42,7 @@ mod tools;
 
 /// What `maestro-bench --help` prints (the module's doc above says what each measures).
 const USAGE: &str = "\
-usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N]   the reference job
+usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N] [--chunks N]   the reference job
        maestro-bench sse [--clients N] [--parse-all]
        maestro-bench sse-floor [--clients N]
        maestro-bench tools [--calls N]

@@ -26,6 +26,9 @@ pub struct Args {
     pub cluster: Option<usize>,
     /// `--workers N`: this many workers on the one profile (1 by default).
     pub workers: usize,
+    /// `--chunks N`: the first reply's text streamed as N one-character deltas, as a real
+    /// model streams its tokens (the reference job's own reply is one delta).
+    pub chunks: Option<usize>,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
@@ -36,6 +39,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         export_traces: false,
         cluster: None,
         workers: 1,
+        chunks: None,
     };
     while let Some(flag) = it.next() {
         if flag == "--export-traces" {
@@ -49,9 +53,10 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             "--warmup" => args.warmup = value.parse()?,
             "--cluster" => args.cluster = Some(value.parse()?),
             "--workers" => args.workers = value.parse()?,
+            "--chunks" => args.chunks = Some(value.parse()?),
             other => {
                 anyhow::bail!(
-                    "unknown flag {other}; flags: --jobs N --concurrency C --warmup N --export-traces --cluster N --workers N"
+                    "unknown flag {other}; flags: --jobs N --concurrency C --warmup N --export-traces --cluster N --workers N --chunks N"
                 )
             }
         }
@@ -72,7 +77,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         false => None,
     };
     let otlp = receiver.as_ref().map(|r| r.url.as_str());
-    let bench = Bench::start_workers(otlp, 1, args.workers).await?;
+    let scenario = match args.chunks {
+        Some(chunks) => streaming_scenario(chunks),
+        None => scenario(),
+    };
+    let bench = Bench::start_playing(otlp, 1, args.workers, scenario).await?;
     println!("warming up with {} jobs", args.warmup);
     bench.jobs(args.warmup, args.concurrency).await?;
     println!("running {} jobs, {} at a time", args.jobs, args.concurrency);
@@ -132,6 +141,15 @@ pub fn scenario() -> Value {
             {"text": "Done.", "tool_calls": [{"name": "complete", "arguments": {"result": "ok"}}]}
         ]
     }]})
+}
+
+/// The reference job with its first reply's text streamed in `chunks` one-character deltas.
+fn streaming_scenario(chunks: usize) -> Value {
+    let mut scenario = scenario();
+    let first = &mut scenario["scenarios"][0]["turns"][0];
+    first["text"] = Value::from("x".repeat(chunks));
+    first["chunk_chars"] = Value::from(1);
+    scenario
 }
 
 /// Jobs waiting for their `succeeded` event, and events that came before their waiter.
@@ -221,16 +239,17 @@ impl Bench {
 
     /// [`Bench::start_with`] on a JetStream cluster of `nats_nodes` (one server: 1).
     pub async fn start_on(otlp: Option<&str>, nats_nodes: usize) -> anyhow::Result<Self> {
-        Self::start_workers(otlp, nats_nodes, 1).await
+        Self::start_playing(otlp, nats_nodes, 1, scenario()).await
     }
 
-    /// [`Bench::start_on`] with `workers` workers.
-    pub async fn start_workers(
+    /// [`Bench::start_on`] with `workers` workers and the scripted LLM playing `scenario`.
+    pub async fn start_playing(
         otlp: Option<&str>,
         nats_nodes: usize,
         workers: usize,
+        scenario: Value,
     ) -> anyhow::Result<Self> {
-        let mut options = StackOptions::new(scenario())
+        let mut options = StackOptions::new(scenario)
             .nats_cluster(nats_nodes)
             // `BENCH_RUST_LOG=info TEST_LOG=1` keeps the services' logs.
             .env(
