@@ -164,12 +164,12 @@ async fn recreate_if_storage_differs(
     js: &jetstream::Context,
     config: &stream::Config,
 ) -> Result<(), async_nats::Error> {
-    let mut stream = match js.get_stream(&config.name).await {
+    let stream = match js.get_stream(&config.name).await {
         Ok(stream) => stream,
         Err(e) if stream_not_found(&e.kind()) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    let storage = stream.info().await?.config.storage;
+    let storage = stream.cached_info().config.storage;
     if storage == config.storage {
         return Ok(());
     }
