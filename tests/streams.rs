@@ -348,6 +348,14 @@ async fn a_message_whose_first_deltas_were_evicted_comes_whole_from_its_event() 
         .find(|i| i.event == "message" && i.data["payload"]["role"] == "assistant")
         .expect("the message, from its event");
     assert_eq!(message.data["payload"]["content"], text.as_str());
+    // Counted once, for the late client's one message (operators see the bound is too small).
+    let gaps = stack
+        .scrape("api-gateway")
+        .await
+        .lines()
+        .filter(|line| line.starts_with("maestro_sse_delta_gaps_total{"))
+        .find_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(gaps, Some(1.0));
 }
 
 /// A client that stops reading does not make the gateway buffer without limit: once the TCP

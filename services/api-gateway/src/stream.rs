@@ -345,7 +345,7 @@ impl<R: Render> Pump<R> {
             // Still a hole after a replay that waited for the stream to store what it
             // missed: they are not coming. Never send text past it; the message event
             // brings the whole text, and later deltas do not replay again each.
-            self.given_up = Some(id.seq);
+            self.give_up(id.seq);
             return Ok(());
         }
         let items = self.render.live_delta(id, shared);
@@ -430,7 +430,7 @@ impl<R: Render> Pump<R> {
             if id > self.last && id.seq == self.last.seq && self.given_up != Some(id.seq) {
                 if id.delta > self.last.delta + 1 {
                     // The stream holds this one but not those before it: they are gone.
-                    self.given_up = Some(id.seq);
+                    self.give_up(id.seq);
                     break;
                 }
                 let items = self.render.delta(id, &delta);
@@ -442,6 +442,12 @@ impl<R: Render> Pump<R> {
             }
         }
         Ok(())
+    }
+
+    /// Send no more deltas of the message after `seq`: some are no longer stored.
+    fn give_up(&mut self, seq: i64) {
+        self.given_up = Some(seq);
+        metrics::counter!(maestro_runtime::metrics::SSE_DELTA_GAPS).increment(1);
     }
 
     async fn send_event(&mut self, event: &Event) -> Result<(), Gone> {

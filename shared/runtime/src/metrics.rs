@@ -50,6 +50,9 @@ pub const STREAM_MESSAGES: &str = "maestro_stream_messages";
 pub const DEAD_LETTERS: &str = "maestro_dead_letters_total";
 /// SSE clients connected to the gateway now (`stream`: task, job, inbox).
 pub const SSE_CLIENTS: &str = "maestro_sse_clients";
+/// Messages an SSE client got only from their event, because deltas of them it had not
+/// been sent were no longer in the deltas stream (aged out, evicted, or lost with a restart).
+pub const SSE_DELTA_GAPS: &str = "maestro_sse_delta_gaps_total";
 /// Tasks created (`via`: rest, a2a, schedule, subtask).
 pub const TASKS_CREATED: &str = "maestro_tasks_created_total";
 /// HTTP requests the gateway answered (`method`, `route`: the matched route, `status`).
@@ -126,6 +129,10 @@ pub const HELP: &[(&str, &str)] = &[
         "Messages dead-lettered after their last delivery.",
     ),
     (SSE_CLIENTS, "SSE clients connected to the gateway."),
+    (
+        SSE_DELTA_GAPS,
+        "Messages an SSE client got whole from their event because some of their deltas were no longer stored.",
+    ),
     (TASKS_CREATED, "Tasks created."),
     (HTTP_REQUESTS, "HTTP requests answered by the gateway."),
     (WEBHOOK_DELIVERIES, "Webhook delivery attempts by outcome."),
