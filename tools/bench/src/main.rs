@@ -23,12 +23,16 @@
 //! how fast N schedules due at the same minute are fired (`schedules.rs`), `maestro-bench
 //! signals [--rounds N]` how fast a comment and a cancel reach a running job (`signals.rs`),
 //! `maestro-bench timeline [--jobs N]` every hop and statement of one job (`timeline.rs`),
-//! `maestro-bench compare` MAESTRO next to its peers in one sitting (`compare.rs`).
+//! `maestro-bench compare` MAESTRO next to its peers in one sitting (`compare.rs`),
+//! `maestro-bench floor [--jobs N] [--concurrency C] [--rounds R]` MAESTRO next to the least
+//! code that carries the reference job along the same hops with the same statements
+//! (`floor.rs`).
 
 mod a2a;
 mod compare;
 mod continues;
 mod curve;
+mod floor;
 mod iterations;
 mod latency;
 mod reference;
@@ -56,6 +60,7 @@ usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N] [-
        maestro-bench timeline [--jobs N]
        maestro-bench compare [--jobs N] [--levels 8,64] [--peers dbos,langgraph,restate,temporal]
        maestro-bench curve [--jobs N] [--backlog B] [--out DIR]
+       maestro-bench floor [--jobs N] [--concurrency C] [--rounds R]
 Each starts its own Postgres database, nats-server and services from the release binaries
 beside it (MAESTRO_BIN_DIR overrides where); docs/performance.md explains the figures.";
 
@@ -90,6 +95,8 @@ async fn main() -> anyhow::Result<()> {
         Some("timeline") => timeline::run(timeline::parse(rest())?).await,
         Some("compare") => compare::run(compare::parse(rest())?).await,
         Some("curve") => curve::run(curve::parse(rest())?).await,
+        Some("floor") => floor::run(floor::parse(rest())?).await,
+        Some("floor-role") => floor::role(&rest().next().unwrap_or_default()).await,
         _ => reference::run(reference::parse(std::env::args().skip(1))?).await,
     }
 }

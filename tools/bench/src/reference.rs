@@ -162,9 +162,21 @@ struct Board {
 /// A stack running the reference job, and the jobs waiting for their end.
 pub struct Bench {
     stack: Arc<Stack>,
-    board: Arc<Mutex<Board>>,
+    target: Target,
     /// The workers' instance names.
     workers: Vec<String>,
+}
+
+/// The client's side of a run: where jobs are created (`POST` of `{"instruction"}` with a
+/// bearer token), how their ends are heard (`<prefix>.events.*.job_state` on NATS), and the
+/// database whose commits are counted.
+#[derive(Clone)]
+pub struct Target {
+    http: reqwest::Client,
+    tasks_url: String,
+    token: String,
+    pool: sqlx::PgPool,
+    board: Arc<Mutex<Board>>,
 }
 
 /// What one measured run showed.
@@ -271,13 +283,99 @@ impl Bench {
                 .await?;
             names.push(name);
         }
-        let stack = Arc::new(stack);
-        let board: Arc<Mutex<Board>> = Arc::default();
-        listen_for_success(&stack, board.clone()).await?;
+        let target = Target::listen(
+            stack.http.clone(),
+            stack.url("/api/local/tasks"),
+            stack.token.clone(),
+            &stack.nats.client().await?,
+            &stack.prefix,
+            stack.db.pool.clone(),
+        )
+        .await?;
         Ok(Self {
-            stack,
-            board,
+            stack: Arc::new(stack),
+            target,
             workers: names,
+        })
+    }
+
+    /// Run `n` jobs, at most `concurrency` in flight, and measure.
+    pub async fn measure(&self, n: usize, concurrency: usize) -> anyhow::Result<Figures> {
+        self.target.measure(n, concurrency).await
+    }
+
+    /// Run `n` jobs, at most `concurrency` in flight; returns each job's latency.
+    pub async fn jobs(&self, n: usize, concurrency: usize) -> anyhow::Result<Vec<Duration>> {
+        self.target.jobs(n, concurrency).await
+    }
+
+    /// Create `n` jobs, at most `creators` requests at a time and without waiting for any job
+    /// to end before creating the next, and measure until the last one has succeeded.
+    pub async fn backlog(&self, n: usize, creators: usize) -> anyhow::Result<Figures> {
+        self.target.backlog(n, creators).await
+    }
+
+    /// Every chat request the scripted LLM has received: `[{scenario, turn, body}]`.
+    pub async fn llm_requests(&self) -> anyhow::Result<Vec<Value>> {
+        self.stack.llm.requests().await
+    }
+
+    /// Where a job's time goes, from its events' timestamps (each the start of the transaction
+    /// that wrote it): p50 of each step of the reference job, over the jobs created since
+    /// `from`.
+    pub async fn stages(&self, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+        let row: (f64, f64, f64, f64) = sqlx::query_as(
+            r#"
+            WITH t AS (
+                SELECT e.task_id,
+                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'queued') AS queued,
+                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running') AS running,
+                       min(e.created_at) FILTER (WHERE e.kind = 'tool_result') AS tool,
+                       max(e.created_at) FILTER (WHERE e.payload->>'status' = 'succeeded') AS done
+                  FROM events e JOIN tasks k ON k.id = e.task_id AND k.created_at >= $1
+                 GROUP BY e.task_id
+            )
+            SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM running - queued)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM tool - running)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - tool)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued))
+              FROM t
+            "#,
+        )
+        .bind(from)
+        .fetch_one(&self.target.pool)
+        .await?;
+        println!(
+            "stages p50:  create → claimed {:.1} ms, claimed → tool result {:.1} ms (LLM call, tool call), \
+             tool result → succeeded {:.1} ms (LLM call, final commit); create → succeeded {:.1} ms \
+             (by the events' transaction start times)",
+            row.0 * 1000.0,
+            row.1 * 1000.0,
+            row.2 * 1000.0,
+            row.3 * 1000.0
+        );
+        Ok(())
+    }
+}
+
+impl Target {
+    /// Jobs created at `tasks_url` with `token`, their ends heard on `nats` under `prefix`.
+    pub async fn listen(
+        http: reqwest::Client,
+        tasks_url: String,
+        token: String,
+        nats: &async_nats::Client,
+        prefix: &str,
+        pool: sqlx::PgPool,
+    ) -> anyhow::Result<Self> {
+        let board: Arc<Mutex<Board>> = Arc::default();
+        listen_for_success(nats, prefix, board.clone()).await?;
+        Ok(Self {
+            http,
+            tasks_url,
+            token,
+            pool,
+            board,
         })
     }
 
@@ -292,16 +390,16 @@ impl Bench {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<Vec<Duration>>>,
     {
-        let pg_before = counters(&self.stack).await?;
+        let pg_before = counters(&self.pool).await?;
         let cpu_before = cpu_busy_ms()?;
         let by_process_before = cpu_by_process();
         let from: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
-            .fetch_one(&self.stack.db.pool)
+            .fetch_one(&self.pool)
             .await?;
         let started = Instant::now();
         let mut latencies = work().await?;
         let elapsed = started.elapsed();
-        let pg = counters(&self.stack).await? - pg_before;
+        let pg = counters(&self.pool).await? - pg_before;
         let cpu_ms = cpu_busy_ms()? - cpu_before;
         let mut by_process: Vec<(String, i64)> = cpu_by_process()
             .into_iter()
@@ -340,11 +438,11 @@ impl Bench {
         let mut handles = Vec::with_capacity(n);
         for i in 0..n {
             let permit = permits.clone().acquire_owned().await?;
-            let (stack, board) = (self.stack.clone(), self.board.clone());
+            let target = self.clone();
             handles.push(tokio::spawn(async move {
-                let (sent, done) = create(&stack, &board, i).await?;
+                let (sent, done) = target.create(i).await?;
                 let held = whole.then_some(permit);
-                let latency = finish(&stack, done).await?.saturating_duration_since(sent);
+                let latency = finish(done).await?.saturating_duration_since(sent);
                 drop(held);
                 Ok::<_, anyhow::Error>(latency)
             }));
@@ -354,43 +452,6 @@ impl Bench {
             latencies.push(handle.await??);
         }
         Ok(latencies)
-    }
-
-    /// Where a job's time goes, from its events' timestamps (each the start of the transaction
-    /// that wrote it): p50 of each step of the reference job, over the jobs created since
-    /// `from`.
-    pub async fn stages(&self, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
-        let row: (f64, f64, f64, f64) = sqlx::query_as(
-            r#"
-            WITH t AS (
-                SELECT e.task_id,
-                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'queued') AS queued,
-                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running') AS running,
-                       min(e.created_at) FILTER (WHERE e.kind = 'tool_result') AS tool,
-                       max(e.created_at) FILTER (WHERE e.payload->>'status' = 'succeeded') AS done
-                  FROM events e JOIN tasks k ON k.id = e.task_id AND k.created_at >= $1
-                 GROUP BY e.task_id
-            )
-            SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM running - queued)),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM tool - running)),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - tool)),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued))
-              FROM t
-            "#,
-        )
-        .bind(from)
-        .fetch_one(&self.stack.db.pool)
-        .await?;
-        println!(
-            "stages p50:  create → claimed {:.1} ms, claimed → tool result {:.1} ms (LLM call, tool call), \
-             tool result → succeeded {:.1} ms (LLM call, final commit); create → succeeded {:.1} ms \
-             (by the events' transaction start times)",
-            row.0 * 1000.0,
-            row.1 * 1000.0,
-            row.2 * 1000.0,
-            row.3 * 1000.0
-        );
-        Ok(())
     }
 }
 
@@ -436,32 +497,30 @@ impl Bench {
     }
 }
 
-/// Create job `i`: when the request was sent, and where its end will be told.
-async fn create(
-    stack: &Stack,
-    board: &Mutex<Board>,
-    i: usize,
-) -> anyhow::Result<(Instant, Ending)> {
-    let sent = Instant::now();
-    let response = stack
-        .http
-        .post(stack.url("/api/local/tasks"))
-        .bearer_auth(&stack.token)
-        .json(&json!({"instruction": format!("job {i}")}))
-        .send()
-        .await?;
-    let task: Value = response.error_for_status()?.json().await?;
-    let id = task["id"].as_str().context("task id")?.to_owned();
-    let mut board = board.lock().expect("lock");
-    let ending = match board.finished.remove(&id) {
-        Some(at) => Ending::Over(at),
-        None => {
-            let (tx, rx) = oneshot::channel();
-            board.waiting.insert(id.clone(), tx);
-            Ending::Waiting(id, rx)
-        }
-    };
-    Ok((sent, ending))
+impl Target {
+    /// Create job `i`: when the request was sent, and where its end will be told.
+    async fn create(&self, i: usize) -> anyhow::Result<(Instant, Ending)> {
+        let sent = Instant::now();
+        let response = self
+            .http
+            .post(&self.tasks_url)
+            .bearer_auth(&self.token)
+            .json(&json!({"instruction": format!("job {i}")}))
+            .send()
+            .await?;
+        let task: Value = response.error_for_status()?.json().await?;
+        let id = task["id"].as_str().context("task id")?.to_owned();
+        let mut board = self.board.lock().expect("lock");
+        let ending = match board.finished.remove(&id) {
+            Some(at) => Ending::Over(at),
+            None => {
+                let (tx, rx) = oneshot::channel();
+                board.waiting.insert(id.clone(), tx);
+                Ending::Waiting(id, rx)
+            }
+        };
+        Ok((sent, ending))
+    }
 }
 
 /// A created job's end: seen already, or to come.
@@ -471,15 +530,12 @@ enum Ending {
 }
 
 /// When the job's `succeeded` event arrived.
-async fn finish(stack: &Stack, ending: Ending) -> anyhow::Result<Instant> {
+async fn finish(ending: Ending) -> anyhow::Result<Instant> {
     match ending {
         Ending::Over(at) => Ok(at),
         Ending::Waiting(id, rx) => match tokio::time::timeout(Duration::from_secs(120), rx).await {
             Ok(Ok(at)) => Ok(at),
-            _ => anyhow::bail!(
-                "job {id} did not succeed within 120 s: {:?}",
-                stack.task(&id).await
-            ),
+            _ => anyhow::bail!("job of task {id} did not succeed within 120 s"),
         },
     }
 }
@@ -489,12 +545,18 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Resolve waiters when their task's `succeeded` event is published.
-async fn listen_for_success(stack: &Stack, board: Arc<Mutex<Board>>) -> anyhow::Result<()> {
-    let nats = stack.nats.client().await?;
+async fn listen_for_success(
+    nats: &async_nats::Client,
+    prefix: &str,
+    board: Arc<Mutex<Board>>,
+) -> anyhow::Result<()> {
     let mut events = nats
-        .subscribe(format!("{}.events.*.job_state", stack.prefix))
+        .subscribe(format!("{prefix}.events.*.job_state"))
         .await?;
+    // The client lives as long as the listener.
+    let client = nats.clone();
     tokio::spawn(async move {
+        let _client = client;
         while let Some(message) = events.next().await {
             let now = Instant::now();
             let Ok(event) = serde_json::from_slice::<Value>(&message.payload) else {
@@ -601,13 +663,13 @@ impl std::ops::Sub for Counters {
     }
 }
 
-async fn counters(stack: &Stack) -> anyhow::Result<Counters> {
+async fn counters(pool: &sqlx::PgPool) -> anyhow::Result<Counters> {
     let (commits, writes, flushes): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
                 pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
                 (SELECT wal_sync FROM pg_stat_wal)",
     )
-    .fetch_one(&stack.db.pool)
+    .fetch_one(pool)
     .await?;
     Ok(Counters {
         commits,

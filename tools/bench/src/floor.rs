@@ -1,0 +1,799 @@
+//! `maestro-bench floor`: the reference job's floor on this machine, next to MAESTRO.
+//!
+//! The floor is the job path as the architecture lays it out — five processes, one
+//! nats-server, Postgres and the scripted LLM, with the same hops — carried by the least code
+//! that can move a job along them: a gateway that creates the task, a worker that claims it,
+//! asks the LLM, calls the tool-runner and commits the turns, a relay and a notifier. Its
+//! Postgres statements are MAESTRO's own (`maestro_db`'s create, claim, turn and relay
+//! statements, with the same rows), its messages MAESTRO's subjects, streams and consumers
+//! (`maestro_messaging`), its LLM requests the bytes MAESTRO's worker sent (recorded from the
+//! MAESTRO stack's scripted LLM during its warm-up). Everything MAESTRO does around them is
+//! left out: validation, authentication, the agent's conversation and piece, prompt rendering,
+//! tool sandboxing, leases, signals, dispatch hand-overs, metrics and tracing.
+//!
+//! So the floor's CPU per job is what this machine charges for the architecture's hops and
+//! MAESTRO's Postgres work alone; MAESTRO's figures beside it, in the same sitting, show what
+//! its services add. The two stacks run side by side, idle while the other is measured, and
+//! the rounds alternate which goes first.
+//!
+//! Each role is this binary started again (`maestro-bench floor-role <role>`) through a
+//! symlink named `floor-<role>`, so the CPU table tells the processes apart.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::StreamExt as _;
+use maestro_db::claims::Claimed;
+use maestro_db::jobs::{Fence, Publish, Transition};
+use maestro_db::tasks::NewTask;
+use maestro_domain::{EventBody, EventKind, JobId, JobStatus, Owner, TaskId};
+use maestro_messaging::payloads::{JobDispatch, Opening};
+use maestro_messaging::setup::{self, ConsumerSettings, StreamSettings};
+use maestro_messaging::{AfterCommit, Bus, Subjects};
+use maestro_testkit::{NatsServer, Process, ScriptedLlm, TestDb};
+use serde_json::{Value, json};
+
+use crate::reference::{Bench, Figures, Target};
+
+pub struct Args {
+    pub jobs: usize,
+    pub concurrency: usize,
+    pub rounds: usize,
+}
+
+pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
+    let mut args = Args {
+        jobs: 2000,
+        concurrency: 64,
+        rounds: 2,
+    };
+    while let Some(flag) = it.next() {
+        let mut value = || -> anyhow::Result<usize> {
+            Ok(it.next().context("a value after the flag")?.parse()?)
+        };
+        match flag.as_str() {
+            "--jobs" => args.jobs = value()?,
+            "--concurrency" => args.concurrency = value()?,
+            "--rounds" => args.rounds = value()?,
+            other => anyhow::bail!("unknown flag {other}"),
+        }
+    }
+    anyhow::ensure!(
+        args.jobs >= 1 && args.concurrency >= 1 && args.rounds >= 1,
+        "--jobs, --concurrency, --rounds ≥ 1"
+    );
+    Ok(args)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let maestro = Bench::start().await?;
+    let warmup = (args.jobs / 4).clamp(50, 500);
+    println!("MAESTRO: warming up with {warmup} jobs");
+    maestro.jobs(warmup, args.concurrency).await?;
+    let bodies = recorded_bodies(&maestro.llm_requests().await?)?;
+    let floor = Floor::start(bodies).await?;
+    println!("floor: warming up with {warmup} jobs");
+    floor.target.jobs(warmup, args.concurrency).await?;
+    let mut rows: Vec<(&str, Figures)> = Vec::new();
+    for round in 0..args.rounds {
+        println!(
+            "round {}: {} jobs, {} at a time",
+            round + 1,
+            args.jobs,
+            args.concurrency
+        );
+        let maestro_first = round % 2 == 0;
+        for which in [maestro_first, !maestro_first] {
+            let (name, figures) = match which {
+                true => (
+                    "MAESTRO",
+                    maestro.measure(args.jobs, args.concurrency).await?,
+                ),
+                false => (
+                    "floor",
+                    floor.target.measure(args.jobs, args.concurrency).await?,
+                ),
+            };
+            println!("--- {name}");
+            figures.print();
+            rows.push((name, figures));
+        }
+    }
+    println!();
+    println!("| run | jobs/s | p50 ms | p99 ms | CPU ms per job | writing transactions per job |");
+    println!("|---|---|---|---|---|---|");
+    for (name, f) in &rows {
+        println!(
+            "| {name} | {:.0} | {:.1} | {:.1} | {:.2} | {:.1} |",
+            f.jobs_per_s(),
+            f.pct(0.5),
+            f.pct(0.99),
+            f.per_job(f.cpu_ms),
+            f.per_job(f.pg.writes)
+        );
+    }
+    Ok(())
+}
+
+/// The first and the second chat request (turns 0 and 1) of the last reference job MAESTRO ran.
+fn recorded_bodies(requests: &[Value]) -> anyhow::Result<[Bytes; 2]> {
+    let last_of_turn = |turn: i64| -> anyhow::Result<Bytes> {
+        let request = requests
+            .iter()
+            .rev()
+            .find(|r| r["turn"].as_i64() == Some(turn))
+            .with_context(|| format!("no recorded request of turn {turn}"))?;
+        Ok(Bytes::from(serde_json::to_vec(&request["body"])?))
+    };
+    Ok([last_of_turn(0)?, last_of_turn(1)?])
+}
+
+/// The floor's stack: its own database, nats-server, scripted LLM and role processes.
+struct Floor {
+    target: Target,
+    _processes: Vec<Process>,
+    _llm: ScriptedLlm,
+    _nats: NatsServer,
+    _db: TestDb,
+    _dir: tempfile::TempDir,
+}
+
+impl Floor {
+    async fn start(bodies: [Bytes; 2]) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let db = TestDb::create().await?;
+        let nats = NatsServer::start(dir.path()).await?;
+        let llm = ScriptedLlm::start(&crate::reference::scenario(), dir.path()).await?;
+        let prefix = maestro_testkit::unique("floor");
+        let client = maestro_messaging::connect(&nats.url, "floor-bench").await?;
+        let subjects = Subjects::new(&prefix)?;
+        let js = async_nats::jetstream::new(client.clone());
+        setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+        for (turn, body) in bodies.iter().enumerate() {
+            std::fs::write(dir.path().join(format!("turn-{}.json", turn + 1)), body)?;
+        }
+        std::fs::create_dir(dir.path().join("workspaces"))?;
+        let env: Vec<(String, String)> = [
+            ("DATABASE_URL", db.url.as_str()),
+            ("NATS_URL", nats.url.as_str()),
+            ("FLOOR_PREFIX", prefix.as_str()),
+            ("FLOOR_LLM", llm.base_url.as_str()),
+            ("FLOOR_DIR", &dir.path().display().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let exe = std::env::current_exe()?;
+        let mut processes = Vec::new();
+        let mut gateway = None;
+        for role in ["gateway", "worker", "tools", "relay", "notifier"] {
+            let link = dir.path().join(format!("floor-{role}"));
+            std::os::unix::fs::symlink(&exe, &link)?;
+            let args = ["floor-role".to_owned(), role.to_owned()];
+            let process = Process::start(role, &link, &args, &env, dir.path()).await?;
+            if role == "gateway" {
+                gateway = process.addr();
+            }
+            processes.push(process);
+        }
+        let gateway = gateway.context("the floor's gateway announced no address")?;
+        let target = Target::listen(
+            maestro_testkit::http_client(),
+            format!("http://{gateway}/api/local/tasks"),
+            "floor".to_owned(),
+            &client,
+            &prefix,
+            db.pool.clone(),
+        )
+        .await?;
+        Ok(Self {
+            target,
+            _processes: processes,
+            _llm: llm,
+            _nats: nats,
+            _db: db,
+            _dir: dir,
+        })
+    }
+}
+
+/// What every role connects to.
+#[derive(Clone)]
+struct Env {
+    pool: maestro_db::PgPool,
+    bus: Bus,
+    llm: String,
+    dir: std::path::PathBuf,
+}
+
+impl Env {
+    async fn connect(role: &str) -> anyhow::Result<Self> {
+        let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+        let pool = maestro_db::connect(&var("DATABASE_URL")?, 16).await?;
+        let nats = maestro_messaging::connect(&var("NATS_URL")?, role).await?;
+        let js = async_nats::jetstream::new(nats.clone());
+        let subjects = Subjects::new(&var("FLOOR_PREFIX")?)?;
+        Ok(Self {
+            pool,
+            bus: Bus { nats, js, subjects },
+            llm: var("FLOOR_LLM")?,
+            dir: var("FLOOR_DIR")?.into(),
+        })
+    }
+}
+
+/// `maestro-bench floor-role <role>`: one of the floor's processes, until it is killed.
+pub async fn role(role: &str) -> anyhow::Result<()> {
+    let env = Env::connect(&format!("floor-{role}")).await?;
+    match role {
+        "gateway" => gateway(env).await,
+        "worker" => worker(env).await,
+        "tools" => tools(env).await,
+        "relay" => relay(env).await,
+        "notifier" => notifier(env).await,
+        other => anyhow::bail!("no floor role {other}"),
+    }
+}
+
+/// Announce readiness the way the testkit waits for it.
+fn ready(addr: Option<std::net::SocketAddr>) {
+    match addr {
+        Some(addr) => println!("MAESTRO_READY addr={addr}"),
+        None => println!("MAESTRO_READY floor"),
+    }
+}
+
+const PROFILE: &str = "default";
+
+/// The gateway: `POST /api/local/tasks` creates the task and its queued job in MAESTRO's
+/// statement, publishes the `queued` event and the dispatch (with the opening), answers 201.
+async fn gateway(env: Env) -> anyhow::Result<()> {
+    let app = axum::Router::new()
+        .route("/api/local/tasks", axum::routing::post(create))
+        .with_state(Arc::new(env));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    ready(Some(listener.local_addr()?));
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+async fn create(State(env): State<Arc<Env>>, body: Bytes) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Create {
+        instruction: String,
+    }
+    let Ok(Create { instruction }) = serde_json::from_slice(&body) else {
+        let error =
+            json!({"error": {"code": "invalid_body", "message": "expected {\"instruction\"}"}});
+        return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(error)).into_response();
+    };
+    let owner = Owner::parse("bench").expect("a valid owner");
+    let (task_id, job_id) = (TaskId::new(), JobId::new());
+    let new = NewTask {
+        id: task_id,
+        job_id,
+        owner: &owner,
+        instruction: &instruction,
+        piece: "chat",
+        start_movement: None,
+        model: None,
+        idempotency_key: None,
+        request_hash: "floor",
+        profile: PROFILE,
+        space_id: None,
+        visibility: Default::default(),
+        max_attempts: 3,
+        context_id: None,
+        message_id: None,
+        push: None,
+        attachments: &[],
+    };
+    match maestro_db::tasks::create_publishing(&env.pool, &new, Publish::Directly).await {
+        Ok(Some((task, queued))) => {
+            env.bus.publish_direct(queued).await;
+            let dispatch = JobDispatch::new_task(task_id, job_id, true).with_opening(Opening {
+                owner: owner.as_str().to_owned(),
+                instruction,
+                piece: "chat".to_owned(),
+                start_movement: None,
+                model: None,
+                created_at: task.created_at,
+                a2a_message_id: None,
+                a2a_context_id: None,
+            });
+            env.bus
+                .after_commit(AfterCommit::none().dispatch(PROFILE, dispatch))
+                .await;
+            (StatusCode::CREATED, axum::Json(json!({"id": task_id}))).into_response()
+        }
+        Ok(None) => StatusCode::CONFLICT.into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+/// The two turns' events, as MAESTRO's worker commits them for the reference job.
+struct Turns {
+    first: Vec<EventBody>,
+    last: Vec<EventBody>,
+}
+
+impl Turns {
+    fn new() -> anyhow::Result<Self> {
+        let system =
+            "You are MAESTRO, an agent that carries out a user's task step by step with tools.\n"
+                .to_owned()
+                + &"Rules: act through the tools you are given. Read before you change something, \
+                and check your work. "
+                    .repeat(22);
+        let assistant = |prompt: i64, cached: i64, text: &str, name: &str, args: &str, id: &str| {
+            json!({"role": "assistant", "model": "scripted",
+                   "usage": {"promptTokens": prompt, "completionTokens": 5, "cachedPromptTokens": cached},
+                   "content": text,
+                   "tool_calls": [{"id": id, "type": "function",
+                                   "function": {"name": name, "arguments": args}}],
+                   "finish_reason": "tool_calls"})
+        };
+        let parts = |list: Vec<(EventKind, Value)>| -> anyhow::Result<Vec<EventBody>> {
+            list.into_iter()
+                .map(|(kind, payload)| Ok(EventBody::from_parts(kind, payload)?))
+                .collect()
+        };
+        Ok(Self {
+            first: parts(vec![
+                (
+                    EventKind::Movement,
+                    json!({"name": "work", "piece": "chat"}),
+                ),
+                (
+                    EventKind::Message,
+                    json!({"role": "system", "content": system}),
+                ),
+                (
+                    EventKind::Message,
+                    json!({"role": "user", "content": "<instruction>\njob\n</instruction>"}),
+                ),
+                (
+                    EventKind::Message,
+                    assistant(1978, 0, "Looking.", "list_files", "{}", "call_0_0"),
+                ),
+                (
+                    EventKind::ToolCall,
+                    json!({"name": "list_files", "call_id": "call_0_0", "arguments": "{}", "message_seq": 0}),
+                ),
+                (
+                    EventKind::ToolResult,
+                    json!({"name": "list_files", "call_id": "call_0_0", "content": "(nothing)", "is_error": false}),
+                ),
+            ])?,
+            last: parts(vec![
+                (
+                    EventKind::Message,
+                    assistant(
+                        2030,
+                        1978,
+                        "Done.",
+                        "complete",
+                        r#"{"result":"ok"}"#,
+                        "call_1_0",
+                    ),
+                ),
+                (
+                    EventKind::ToolCall,
+                    json!({"name": "complete", "call_id": "call_1_0", "arguments": r#"{"result":"ok"}"#, "message_seq": 0}),
+                ),
+                (
+                    EventKind::ToolResult,
+                    json!({"name": "complete", "call_id": "call_1_0", "content": "ok", "is_error": false}),
+                ),
+                (
+                    EventKind::JobState,
+                    json!({"status": "succeeded", "attempt": 1, "result": "ok"}),
+                ),
+            ])?,
+        })
+    }
+}
+
+/// The worker's part of the floor.
+struct Work {
+    env: Env,
+    http: reqwest::Client,
+    bodies: [Bytes; 2],
+    turns: Turns,
+    /// Jobs run to their end whose dispatch delivery has not come yet, and deliveries whose
+    /// job is still running: each delivery is acknowledged once its job has ended.
+    deliveries: Mutex<Deliveries>,
+    claims: tokio::sync::mpsc::UnboundedSender<ClaimRequest>,
+}
+
+type ClaimRequest = (JobId, tokio::sync::oneshot::Sender<Option<Claimed>>);
+
+/// Make the claims that come in, those waiting together in one statement.
+async fn claimer(env: Env, mut requests: tokio::sync::mpsc::UnboundedReceiver<ClaimRequest>) {
+    while let Some(first) = requests.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < 32 {
+            match requests.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let ids: Vec<JobId> = batch.iter().map(|(id, _)| *id).collect();
+        let claimed = maestro_db::claims::claim_many_traced(
+            &env.pool,
+            &ids,
+            &[],
+            "floor-worker",
+            Duration::from_secs(30),
+            &[],
+            Publish::Directly,
+        )
+        .await;
+        let mut claimed: HashMap<JobId, Claimed> = match claimed {
+            Ok(claimed) => claimed.into_iter().map(|c| (c.job_id, c)).collect(),
+            Err(e) => {
+                eprintln!("claim: {e}");
+                HashMap::new()
+            }
+        };
+        for (id, tx) in batch {
+            let _ = tx.send(claimed.remove(&id));
+        }
+    }
+}
+
+#[derive(Default)]
+struct Deliveries {
+    ended: HashSet<JobId>,
+    waiting: HashMap<JobId, async_nats::jetstream::Message>,
+}
+
+/// The worker: starts each job at the dispatch's core copy (the hint), claims it while its
+/// first LLM request is out (claims waiting together share a statement), streams the replies' deltas, calls the tool-runner, commits each
+/// turn (the first turn's commit beside the second request), publishes the events, wakes the
+/// relay for the notice, and acknowledges the JetStream delivery once the job is over.
+async fn worker(env: Env) -> anyhow::Result<()> {
+    let bodies = [
+        Bytes::from(std::fs::read(env.dir.join("turn-1.json"))?),
+        Bytes::from(std::fs::read(env.dir.join("turn-2.json"))?),
+    ];
+    let consumer = setup::jobs_consumer(
+        &env.bus.js,
+        &env.bus.subjects,
+        PROFILE,
+        &ConsumerSettings {
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 5,
+            max_ack_pending: 10_000,
+        },
+    )
+    .await?;
+    let mut hints = env
+        .bus
+        .nats
+        .subscribe(env.bus.subjects.dispatch(PROFILE))
+        .await?;
+    let (claims, requests) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(claimer(env.clone(), requests));
+    let work = Arc::new(Work {
+        claims,
+        env,
+        http: maestro_testkit::http_client(),
+        bodies,
+        turns: Turns::new()?,
+        deliveries: Mutex::default(),
+    });
+    let mut deliveries = consumer.messages().await?;
+    ready(None);
+    let pulled = work.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = deliveries.next().await {
+            let Ok(dispatch) = serde_json::from_slice::<JobDispatch>(&message.payload) else {
+                let _ = message.ack().await;
+                continue;
+            };
+            let ended = {
+                let mut d = pulled.deliveries.lock().expect("lock");
+                let ended = d.ended.remove(&dispatch.job_id);
+                if !ended {
+                    d.waiting.insert(dispatch.job_id, message.clone());
+                }
+                ended
+            };
+            if ended {
+                let _ = message.ack().await;
+            }
+        }
+    });
+    while let Some(hint) = hints.next().await {
+        let Ok(dispatch) = serde_json::from_slice::<JobDispatch>(&hint.payload) else {
+            continue;
+        };
+        let work = work.clone();
+        tokio::spawn(async move {
+            if let Err(e) = work.run(dispatch.task_id, dispatch.job_id).await {
+                eprintln!("job {}: {e:#}", dispatch.job_id);
+            }
+        });
+    }
+    Ok(())
+}
+
+impl Work {
+    async fn run(&self, task_id: TaskId, job_id: JobId) -> anyhow::Result<()> {
+        let (claimed, first) = tokio::join!(self.claim(job_id), self.ask(&self.bodies[0]));
+        let Some(Claimed {
+            attempt, running, ..
+        }) = claimed?
+        else {
+            return Ok(());
+        };
+        self.env
+            .bus
+            .publish_direct(running.into_iter().collect())
+            .await;
+        let fence = Fence { job_id, attempt };
+        let call = self.reply(first?, task_id, job_id, 1).await?;
+        let request =
+            json!({"task_id": task_id, "job_id": job_id, "name": call, "arguments": "{}"});
+        let result = self
+            .env
+            .bus
+            .nats
+            .request(
+                self.env.bus.subjects.tools_exec(),
+                Bytes::from(request.to_string()),
+            )
+            .await?;
+        anyhow::ensure!(!result.payload.is_empty(), "an empty tool result");
+        // The turn's commit beside the next request, whose reply is read after the commit.
+        let append = maestro_db::jobs::append_publishing(
+            &self.env.pool,
+            fence,
+            &self.turns.first,
+            None,
+            &[],
+            Publish::Directly,
+        );
+        let (appended, second) = tokio::join!(append, self.ask(&self.bodies[1]));
+        let appended = appended?.map_err(|_| anyhow::anyhow!("fenced"))?;
+        self.env.bus.publish_direct(appended.direct).await;
+        self.reply(second?, task_id, job_id, 2).await?;
+        let done = Transition {
+            to: JobStatus::Succeeded,
+            wait_reason: None,
+            result: Some("ok".to_owned()),
+            error: None,
+            next_retry_at: None,
+            refund_attempt: false,
+            branch: None,
+        };
+        let appended = maestro_db::jobs::append_publishing(
+            &self.env.pool,
+            fence,
+            &self.turns.last,
+            Some(&done),
+            &[],
+            Publish::Directly,
+        )
+        .await?
+        .map_err(|_| anyhow::anyhow!("fenced"))?;
+        self.env.bus.publish_direct(appended.direct).await;
+        // The notice the final statement wrote is the relay's to publish.
+        self.env.bus.after_commit(AfterCommit::events()).await;
+        let delivery = {
+            let mut d = self.deliveries.lock().expect("lock");
+            let waiting = d.waiting.remove(&job_id);
+            if waiting.is_none() {
+                d.ended.insert(job_id);
+            }
+            waiting
+        };
+        if let Some(delivery) = delivery {
+            delivery.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Claim the job, in one statement with the claims that wait while one is being made
+    /// (as MAESTRO's claimer does, up to 32).
+    async fn claim(&self, job_id: JobId) -> anyhow::Result<Option<Claimed>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.claims
+            .send((job_id, tx))
+            .map_err(|_| anyhow::anyhow!("the claimer is gone"))?;
+        Ok(rx.await?)
+    }
+
+    /// Send a chat request; the response's head.
+    async fn ask(&self, body: &Bytes) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .http
+            .post(format!("{}/chat/completions", self.env.llm))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await?
+            .error_for_status()?)
+    }
+
+    /// Read a streamed reply: publish its text deltas, return the name of its tool call.
+    async fn reply(
+        &self,
+        response: reqwest::Response,
+        task_id: TaskId,
+        job_id: JobId,
+        turn: i64,
+    ) -> anyhow::Result<String> {
+        let mut stream = response.bytes_stream();
+        let mut pending = Vec::new();
+        let mut call = None;
+        let subject = self.env.bus.subjects.deltas(task_id, job_id, turn);
+        while let Some(chunk) = stream.next().await {
+            pending.extend_from_slice(&chunk?);
+            while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = pending.drain(..end + 2).collect();
+                let Some(data) = event.strip_prefix(b"data: ") else {
+                    continue;
+                };
+                let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
+                    continue; // `[DONE]`
+                };
+                let delta = &chunk["choices"][0]["delta"];
+                if let Some(text) = delta["content"].as_str() {
+                    let fragment = json!({"job_id": job_id, "turn": turn, "text": text});
+                    self.env
+                        .bus
+                        .nats
+                        .publish(subject.clone(), Bytes::from(fragment.to_string()))
+                        .await?;
+                }
+                if let Some(name) = delta["tool_calls"][0]["function"]["name"].as_str() {
+                    call = Some(name.to_owned());
+                }
+            }
+        }
+        call.context("a reply without a tool call")
+    }
+}
+
+/// The tool-runner: `list_files` of the task's workspace (made on first use), unconfined.
+async fn tools(env: Env) -> anyhow::Result<()> {
+    let mut requests = env
+        .bus
+        .nats
+        .queue_subscribe(env.bus.subjects.tools_exec(), "tool-runners".to_owned())
+        .await?;
+    ready(None);
+    let root = env.dir.join("workspaces");
+    while let Some(request) = requests.next().await {
+        let (nats, root) = (env.bus.nats.clone(), root.clone());
+        tokio::spawn(async move {
+            let Some(reply) = request.reply else { return };
+            let call: Value = serde_json::from_slice(&request.payload).unwrap_or_default();
+            let task = call["task_id"].as_str().unwrap_or("none").to_owned();
+            let listed = tokio::task::spawn_blocking(move || list(&root.join(task))).await;
+            let content = match listed {
+                Ok(Ok(names)) if names.is_empty() => "(nothing)".to_owned(),
+                Ok(Ok(names)) => names.join("\n"),
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => e.to_string(),
+            };
+            let result = json!({"content": content, "is_error": false});
+            let _ = nats.publish(reply, Bytes::from(result.to_string())).await;
+        });
+    }
+    Ok(())
+}
+
+fn list(dir: &Path) -> std::io::Result<Vec<String>> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::read_dir(dir)?
+        .map(|entry| Ok(entry?.file_name().to_string_lossy().into_owned()))
+        .collect()
+}
+
+/// The relay: publishes the outbox rows that are its own (the task's notice) when woken,
+/// and deletes the rows whose events their writers published, every 100 ms.
+async fn relay(env: Env) -> anyhow::Result<()> {
+    let mut wakes = env
+        .bus
+        .nats
+        .subscribe(env.bus.subjects.outbox_wake())
+        .await?;
+    let mut published = env
+        .bus
+        .nats
+        .subscribe(env.bus.subjects.outbox_published())
+        .await?;
+    ready(None);
+    let forget = env.clone();
+    let keys: Arc<Mutex<Vec<String>>> = Arc::default();
+    let batch = keys.clone();
+    tokio::spawn(async move {
+        while let Some(message) = published.next().await {
+            let text = String::from_utf8_lossy(&message.payload);
+            batch
+                .lock()
+                .expect("lock")
+                .extend(text.lines().map(str::to_owned));
+        }
+    });
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            every.tick().await;
+            let due = std::mem::take(&mut *keys.lock().expect("lock"));
+            if !due.is_empty() {
+                let _ = maestro_db::outbox::forget_published(&forget.pool, &due).await;
+            }
+        }
+    });
+    while wakes.next().await.is_some() {
+        // Wake-ups that came during a drain count once.
+        while let Some(Some(_)) = futures::FutureExt::now_or_never(wakes.next()) {}
+        if let Err(e) = drain(&env).await {
+            eprintln!("drain: {e:#}");
+        }
+    }
+    Ok(())
+}
+
+/// One batch of the relay's own rows: locked, published (acknowledgements awaited), deleted.
+async fn drain(env: &Env) -> anyhow::Result<()> {
+    let mut tx = maestro_db::begin(&env.pool).await?;
+    let rows = maestro_db::outbox::lock_batch(&mut tx, 100).await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut acks = Vec::new();
+    for row in &rows {
+        let payload = Bytes::from(serde_json::to_vec(&row.payload)?);
+        acks.extend(
+            env.bus
+                .send_row(
+                    row.topic,
+                    &row.msg_id,
+                    row.traceparent.as_deref(),
+                    row.a2a_push,
+                    payload,
+                )
+                .await?,
+        );
+    }
+    for ack in acks {
+        ack.await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    maestro_db::outbox::delete(&mut tx, &ids).await?;
+    maestro_db::commit(tx).await?;
+    Ok(())
+}
+
+/// The notifier: the job state copies it consumes (none for the reference job, which has no
+/// A2A push configs), acknowledged.
+async fn notifier(env: Env) -> anyhow::Result<()> {
+    let consumer = setup::job_state_consumer(
+        &env.bus.js,
+        &env.bus.subjects,
+        &ConsumerSettings {
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 5,
+            max_ack_pending: 1000,
+        },
+    )
+    .await?;
+    let mut messages = consumer.messages().await?;
+    ready(None);
+    while let Some(Ok(message)) = messages.next().await {
+        let _ = message.ack().await;
+    }
+    Ok(())
+}
