@@ -33,11 +33,12 @@ use futures::StreamExt as _;
 use maestro_db::claims::Claimed;
 use maestro_db::jobs::{Fence, Publish, Transition};
 use maestro_db::tasks::NewTask;
+use maestro_domain::tools::{ToolExecReply, ToolExecRequest};
 use maestro_domain::{EventBody, EventKind, JobId, JobStatus, Owner, TaskId};
 use maestro_messaging::payloads::{JobDispatch, Opening};
 use maestro_messaging::setup::{self, ConsumerSettings, StreamSettings};
 use maestro_messaging::{AfterCommit, Bus, Subjects};
-use maestro_testkit::{NatsServer, Process, ScriptedLlm, TestDb};
+use maestro_testkit::{Process, Service, Stack, StackOptions};
 use serde_json::{Value, json};
 
 use crate::reference::{Bench, Figures, Target};
@@ -46,6 +47,9 @@ pub struct Args {
     pub jobs: usize,
     pub concurrency: usize,
     pub rounds: usize,
+    /// `--keep worker,tool-runner`: these MAESTRO services run in the floor's stack in place
+    /// of their floor roles, to see what each adds.
+    pub keep: Vec<Service>,
 }
 
 pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
@@ -53,6 +57,7 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
         jobs: 2000,
         concurrency: 64,
         rounds: 2,
+        keep: Vec::new(),
     };
     while let Some(flag) = it.next() {
         let mut value = || -> anyhow::Result<usize> {
@@ -62,6 +67,16 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             "--jobs" => args.jobs = value()?,
             "--concurrency" => args.concurrency = value()?,
             "--rounds" => args.rounds = value()?,
+            "--keep" => {
+                let list = it.next().context("a list of services after --keep")?;
+                for name in list.split(',').filter(|n| !n.is_empty()) {
+                    let service = Service::ALL
+                        .into_iter()
+                        .find(|s| s.name() == name)
+                        .with_context(|| format!("no service {name}"))?;
+                    args.keep.push(service);
+                }
+            }
             other => anyhow::bail!("unknown flag {other}"),
         }
     }
@@ -78,10 +93,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     println!("MAESTRO: warming up with {warmup} jobs");
     maestro.jobs(warmup, args.concurrency).await?;
     let bodies = recorded_bodies(&maestro.llm_requests().await?)?;
-    let floor = Floor::start(bodies).await?;
+    let floor = Floor::start(bodies, &args.keep).await?;
     println!("floor: warming up with {warmup} jobs");
     floor.target.jobs(warmup, args.concurrency).await?;
-    let mut rows: Vec<(&str, Figures)> = Vec::new();
+    let mut rows: Vec<(String, Figures)> = Vec::new();
     for round in 0..args.rounds {
         println!(
             "round {}: {} jobs, {} at a time",
@@ -91,19 +106,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         let maestro_first = round % 2 == 0;
         for which in [maestro_first, !maestro_first] {
-            let (name, figures) = match which {
-                true => (
-                    "MAESTRO",
-                    maestro.measure(args.jobs, args.concurrency).await?,
-                ),
-                false => (
-                    "floor",
-                    floor.target.measure(args.jobs, args.concurrency).await?,
-                ),
+            let (name, target) = match which {
+                true => ("MAESTRO", maestro.target()),
+                false => (floor.name.as_str(), &floor.target),
             };
+            let figures = target.measure(args.jobs, args.concurrency).await?;
             println!("--- {name}");
             figures.print();
-            rows.push((name, figures));
+            target.stages(figures.from).await?;
+            let requests = match which {
+                true => maestro.llm_requests().await?,
+                false => floor.stack.llm.requests().await?,
+            };
+            if let Some(gap) = first_to_second(&requests, figures.from.timestamp_micros()) {
+                println!(
+                    "LLM:         first request → second request p50 {gap:.2} ms \
+                     (the first reply, the tool call, the turn's events and the second request)"
+                );
+            }
+            rows.push((name.to_owned(), figures));
         }
     }
     println!();
@@ -135,36 +156,65 @@ fn recorded_bodies(requests: &[Value]) -> anyhow::Result<[Bytes; 2]> {
     Ok([last_of_turn(0)?, last_of_turn(1)?])
 }
 
-/// The floor's stack: its own database, nats-server, scripted LLM and role processes.
+/// The p50 (ms) from a conversation's first chat request to its second, over the requests
+/// received since `from_us` (Unix µs), pairing each second request with the latest first one
+/// (exact when one job runs at a time, as at concurrency 1; `None` otherwise).
+fn first_to_second(requests: &[Value], from_us: i64) -> Option<f64> {
+    let mut first = None;
+    let mut gaps = Vec::new();
+    let mut overlapping = false;
+    for request in requests {
+        let at = request["received_at_us"].as_i64()?;
+        if at < from_us {
+            continue;
+        }
+        match request["turn"].as_i64()? {
+            0 => overlapping |= first.replace(at).is_some(),
+            1 => gaps.extend(first.take().map(|t| (at - t) as f64 / 1000.0)),
+            _ => {}
+        }
+    }
+    if overlapping || gaps.is_empty() {
+        return None;
+    }
+    gaps.sort_by(f64::total_cmp);
+    Some(gaps[gaps.len() / 2])
+}
+
+/// The floor's stack: a testkit stack (its own database, nats-server and scripted LLM) with
+/// the kept MAESTRO services, and floor roles for the others.
 struct Floor {
+    /// `floor`, or `floor + worker, …` with the services kept.
+    name: String,
     target: Target,
     _processes: Vec<Process>,
-    _llm: ScriptedLlm,
-    _nats: NatsServer,
-    _db: TestDb,
+    stack: Stack,
     _dir: tempfile::TempDir,
 }
 
 impl Floor {
-    async fn start(bodies: [Bytes; 2]) -> anyhow::Result<Self> {
+    async fn start(bodies: [Bytes; 2], keep: &[Service]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
-        let db = TestDb::create().await?;
-        let nats = NatsServer::start(dir.path()).await?;
-        let llm = ScriptedLlm::start(&crate::reference::scenario(), dir.path()).await?;
-        let prefix = maestro_testkit::unique("floor");
-        let client = maestro_messaging::connect(&nats.url, "floor-bench").await?;
-        let subjects = Subjects::new(&prefix)?;
+        let mut options = StackOptions::new(crate::reference::scenario())
+            .env("RUST_LOG", "warn")
+            .env("WORKER_CONCURRENCY", "256")
+            .env("DB_MAX_CONNECTIONS", "16")
+            .env("RELAY_POLL_MS", "1000");
+        options.services = keep.to_vec();
+        let stack = Stack::spawn(options).await?;
+        let client = stack.nats.client().await?;
+        let subjects = Subjects::new(&stack.prefix)?;
         let js = async_nats::jetstream::new(client.clone());
         setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
         for (turn, body) in bodies.iter().enumerate() {
             std::fs::write(dir.path().join(format!("turn-{}.json", turn + 1)), body)?;
         }
-        std::fs::create_dir(dir.path().join("workspaces"))?;
         let env: Vec<(String, String)> = [
-            ("DATABASE_URL", db.url.as_str()),
-            ("NATS_URL", nats.url.as_str()),
-            ("FLOOR_PREFIX", prefix.as_str()),
-            ("FLOOR_LLM", llm.base_url.as_str()),
+            ("DATABASE_URL", stack.db.url.as_str()),
+            ("NATS_URL", stack.nats.url.as_str()),
+            ("SUBJECT_PREFIX", stack.prefix.as_str()),
+            ("LLM_BASE_URL", stack.llm.base_url.as_str()),
+            ("WORKSPACES_DIR", &stack.workspaces.display().to_string()),
             ("FLOOR_DIR", &dir.path().display().to_string()),
         ]
         .into_iter()
@@ -173,36 +223,55 @@ impl Floor {
         let exe = std::env::current_exe()?;
         let mut processes = Vec::new();
         let mut gateway = None;
-        for role in ["gateway", "worker", "tools", "relay", "notifier"] {
+        for (service, role) in ROLES {
+            if keep.contains(&service) {
+                continue;
+            }
             let link = dir.path().join(format!("floor-{role}"));
             std::os::unix::fs::symlink(&exe, &link)?;
             let args = ["floor-role".to_owned(), role.to_owned()];
             let process = Process::start(role, &link, &args, &env, dir.path()).await?;
-            if role == "gateway" {
+            if service == Service::ApiGateway {
                 gateway = process.addr();
             }
             processes.push(process);
         }
-        let gateway = gateway.context("the floor's gateway announced no address")?;
+        let tasks_url = match gateway {
+            Some(addr) => format!("http://{addr}/api/local/tasks"),
+            None => stack.url("/api/local/tasks"),
+        };
         let target = Target::listen(
             maestro_testkit::http_client(),
-            format!("http://{gateway}/api/local/tasks"),
-            "floor".to_owned(),
+            tasks_url,
+            stack.token.clone(),
             &client,
-            &prefix,
-            db.pool.clone(),
+            &stack.prefix,
+            stack.db.pool.clone(),
         )
         .await?;
+        let kept: Vec<&str> = keep.iter().map(|s| s.name()).collect();
+        let name = match kept.is_empty() {
+            true => "floor".to_owned(),
+            false => format!("floor + {}", kept.join(", ")),
+        };
         Ok(Self {
+            name,
             target,
             _processes: processes,
-            _llm: llm,
-            _nats: nats,
-            _db: db,
+            stack,
             _dir: dir,
         })
     }
 }
+
+/// Each MAESTRO service and the floor's role in its place.
+const ROLES: [(Service, &str); 5] = [
+    (Service::ApiGateway, "gateway"),
+    (Service::Worker, "worker"),
+    (Service::ToolRunner, "tools"),
+    (Service::Scheduler, "relay"),
+    (Service::Notifier, "notifier"),
+];
 
 /// What every role connects to.
 #[derive(Clone)]
@@ -211,6 +280,7 @@ struct Env {
     bus: Bus,
     llm: String,
     dir: std::path::PathBuf,
+    workspaces: std::path::PathBuf,
 }
 
 impl Env {
@@ -219,12 +289,13 @@ impl Env {
         let pool = maestro_db::connect(&var("DATABASE_URL")?, 16).await?;
         let nats = maestro_messaging::connect(&var("NATS_URL")?, role).await?;
         let js = async_nats::jetstream::new(nats.clone());
-        let subjects = Subjects::new(&var("FLOOR_PREFIX")?)?;
+        let subjects = Subjects::new(&var("SUBJECT_PREFIX")?)?;
         Ok(Self {
             pool,
             bus: Bus { nats, js, subjects },
-            llm: var("FLOOR_LLM")?,
+            llm: var("LLM_BASE_URL")?,
             dir: var("FLOOR_DIR")?.into(),
+            workspaces: var("WORKSPACES_DIR")?.into(),
         })
     }
 }
@@ -541,18 +612,20 @@ impl Work {
             .await;
         let fence = Fence { job_id, attempt };
         let call = self.reply(first?, task_id, job_id, 1).await?;
-        let request =
-            json!({"task_id": task_id, "job_id": job_id, "name": call, "arguments": "{}"});
+        let mut request =
+            ToolExecRequest::internal((task_id, job_id), "call_0_0", &call, json!({}), 30_000);
+        request.attempt = attempt;
         let result = self
             .env
             .bus
             .nats
             .request(
                 self.env.bus.subjects.tools_exec(),
-                Bytes::from(request.to_string()),
+                Bytes::from(serde_json::to_vec(&request)?),
             )
             .await?;
-        anyhow::ensure!(!result.payload.is_empty(), "an empty tool result");
+        let reply: ToolExecReply = serde_json::from_slice(&result.payload)?;
+        anyhow::ensure!(reply.ok, "the tool failed: {}", reply.output);
         // The turn's commit beside the next request, whose reply is read after the commit.
         let append = maestro_db::jobs::append_publishing(
             &self.env.pool,
@@ -672,22 +745,29 @@ async fn tools(env: Env) -> anyhow::Result<()> {
         .queue_subscribe(env.bus.subjects.tools_exec(), "tool-runners".to_owned())
         .await?;
     ready(None);
-    let root = env.dir.join("workspaces");
     while let Some(request) = requests.next().await {
-        let (nats, root) = (env.bus.nats.clone(), root.clone());
+        let (nats, root) = (env.bus.nats.clone(), env.workspaces.clone());
         tokio::spawn(async move {
             let Some(reply) = request.reply else { return };
-            let call: Value = serde_json::from_slice(&request.payload).unwrap_or_default();
-            let task = call["task_id"].as_str().unwrap_or("none").to_owned();
-            let listed = tokio::task::spawn_blocking(move || list(&root.join(task))).await;
-            let content = match listed {
-                Ok(Ok(names)) if names.is_empty() => "(nothing)".to_owned(),
-                Ok(Ok(names)) => names.join("\n"),
-                Ok(Err(e)) => e.to_string(),
-                Err(e) => e.to_string(),
+            let reply_with = |ok: bool, output: String| ToolExecReply {
+                ok,
+                output,
+                not_run: false,
             };
-            let result = json!({"content": content, "is_error": false});
-            let _ = nats.publish(reply, Bytes::from(result.to_string())).await;
+            let answer = match serde_json::from_slice::<ToolExecRequest>(&request.payload) {
+                Ok(call) => {
+                    let dir = root.join(call.task_id.to_string());
+                    match tokio::task::spawn_blocking(move || list(&dir)).await {
+                        Ok(Ok(names)) if names.is_empty() => reply_with(true, "(nothing)".into()),
+                        Ok(Ok(names)) => reply_with(true, names.join("\n")),
+                        Ok(Err(e)) => reply_with(false, e.to_string()),
+                        Err(e) => reply_with(false, e.to_string()),
+                    }
+                }
+                Err(e) => reply_with(false, format!("malformed tool request: {e}")),
+            };
+            let payload = serde_json::to_vec(&answer).unwrap_or_default();
+            let _ = nats.publish(reply, Bytes::from(payload)).await;
         });
     }
     Ok(())

@@ -315,46 +315,19 @@ impl Bench {
         self.target.backlog(n, creators).await
     }
 
+    /// The client's side of its runs.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// [`Target::stages`].
+    pub async fn stages(&self, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+        self.target.stages(from).await
+    }
+
     /// Every chat request the scripted LLM has received: `[{scenario, turn, body}]`.
     pub async fn llm_requests(&self) -> anyhow::Result<Vec<Value>> {
         self.stack.llm.requests().await
-    }
-
-    /// Where a job's time goes, from its events' timestamps (each the start of the transaction
-    /// that wrote it): p50 of each step of the reference job, over the jobs created since
-    /// `from`.
-    pub async fn stages(&self, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
-        let row: (f64, f64, f64, f64) = sqlx::query_as(
-            r#"
-            WITH t AS (
-                SELECT e.task_id,
-                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'queued') AS queued,
-                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running') AS running,
-                       min(e.created_at) FILTER (WHERE e.kind = 'tool_result') AS tool,
-                       max(e.created_at) FILTER (WHERE e.payload->>'status' = 'succeeded') AS done
-                  FROM events e JOIN tasks k ON k.id = e.task_id AND k.created_at >= $1
-                 GROUP BY e.task_id
-            )
-            SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM running - queued)),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM tool - running)),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - tool)),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued))
-              FROM t
-            "#,
-        )
-        .bind(from)
-        .fetch_one(&self.target.pool)
-        .await?;
-        println!(
-            "stages p50:  create → claimed {:.1} ms, claimed → tool result {:.1} ms (LLM call, tool call), \
-             tool result → succeeded {:.1} ms (LLM call, final commit); create → succeeded {:.1} ms \
-             (by the events' transaction start times)",
-            row.0 * 1000.0,
-            row.1 * 1000.0,
-            row.2 * 1000.0,
-            row.3 * 1000.0
-        );
-        Ok(())
     }
 }
 
@@ -452,6 +425,43 @@ impl Target {
             latencies.push(handle.await??);
         }
         Ok(latencies)
+    }
+
+    /// Where a job's time goes, from its events' timestamps (each the start of the transaction
+    /// that wrote it): p50 of each step of the reference job, over the jobs created since
+    /// `from`.
+    pub async fn stages(&self, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+        let row: (f64, f64, f64, f64) = sqlx::query_as(
+            r#"
+            WITH t AS (
+                SELECT e.task_id,
+                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'queued') AS queued,
+                       min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running') AS running,
+                       min(e.created_at) FILTER (WHERE e.kind = 'tool_result') AS tool,
+                       max(e.created_at) FILTER (WHERE e.payload->>'status' = 'succeeded') AS done
+                  FROM events e JOIN tasks k ON k.id = e.task_id AND k.created_at >= $1
+                 GROUP BY e.task_id
+            )
+            SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM running - queued)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM tool - running)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - tool)),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued))
+              FROM t
+            "#,
+        )
+        .bind(from)
+        .fetch_one(&self.pool)
+        .await?;
+        println!(
+            "stages p50:  create → claimed {:.1} ms, claimed → tool result {:.1} ms (LLM call, tool call), \
+             tool result → succeeded {:.1} ms (LLM call, final commit); create → succeeded {:.1} ms \
+             (by the events' transaction start times)",
+            row.0 * 1000.0,
+            row.1 * 1000.0,
+            row.2 * 1000.0,
+            row.3 * 1000.0
+        );
+        Ok(())
     }
 }
 
