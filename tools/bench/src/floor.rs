@@ -93,7 +93,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     println!("MAESTRO: warming up with {warmup} jobs");
     maestro.jobs(warmup, args.concurrency).await?;
     let bodies = recorded_bodies(&maestro.llm_requests().await?)?;
-    let floor = Floor::start(bodies, &args.keep).await?;
+    let turns = Turns::recorded(maestro.target().pool()).await?;
+    let floor = Floor::start(bodies, &turns, &args.keep).await?;
     println!("floor: warming up with {warmup} jobs");
     floor.target.jobs(warmup, args.concurrency).await?;
     let mut rows: Vec<(String, Figures)> = Vec::new();
@@ -193,7 +194,7 @@ struct Floor {
 }
 
 impl Floor {
-    async fn start(bodies: [Bytes; 2], keep: &[Service]) -> anyhow::Result<Self> {
+    async fn start(bodies: [Bytes; 2], turns: &Turns, keep: &[Service]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let mut options = StackOptions::new(crate::reference::scenario())
             .env("RUST_LOG", "warn")
@@ -206,6 +207,7 @@ impl Floor {
         let subjects = Subjects::new(&stack.prefix)?;
         let js = async_nats::jetstream::new(client.clone());
         setup::ensure_streams(&js, &subjects, &StreamSettings::default()).await?;
+        std::fs::write(dir.path().join("turns.json"), serde_json::to_vec(turns)?)?;
         for (turn, body) in bodies.iter().enumerate() {
             std::fs::write(dir.path().join(format!("turn-{}.json", turn + 1)), body)?;
         }
@@ -389,86 +391,60 @@ async fn create(State(env): State<Arc<Env>>, body: Bytes) -> Response {
     }
 }
 
-/// The two turns' events, as MAESTRO's worker commits them for the reference job.
+/// The two turns' events, as MAESTRO's worker committed them for its last reference job
+/// (read from its database after the warm-up): `[{kind, payload}]` of each turn's statement.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Turns {
-    first: Vec<EventBody>,
-    last: Vec<EventBody>,
+    first: Vec<(EventKind, Value)>,
+    last: Vec<(EventKind, Value)>,
 }
 
 impl Turns {
-    fn new() -> anyhow::Result<Self> {
-        let system =
-            "You are MAESTRO, an agent that carries out a user's task step by step with tools.\n"
-                .to_owned()
-                + &"Rules: act through the tools you are given. Read before you change something, \
-                and check your work. "
-                    .repeat(22);
-        let assistant = |prompt: i64, cached: i64, text: &str, name: &str, args: &str, id: &str| {
-            json!({"role": "assistant", "model": "scripted",
-                   "usage": {"promptTokens": prompt, "completionTokens": 5, "cachedPromptTokens": cached},
-                   "content": text,
-                   "tool_calls": [{"id": id, "type": "function",
-                                   "function": {"name": name, "arguments": args}}],
-                   "finish_reason": "tool_calls"})
-        };
-        let parts = |list: Vec<(EventKind, Value)>| -> anyhow::Result<Vec<EventBody>> {
-            list.into_iter()
-                .map(|(kind, payload)| Ok(EventBody::from_parts(kind, payload)?))
+    /// The events of MAESTRO's last succeeded job: those after its `running` event up to its
+    /// first `tool_result` are the first turn's, the rest up to `succeeded` the last turn's.
+    async fn recorded(pool: &maestro_db::PgPool) -> anyhow::Result<Self> {
+        let rows: Vec<(String, Value)> = sqlx::query_as(
+            "SELECT kind, payload FROM events
+              WHERE task_id = (SELECT task_id FROM jobs WHERE status = 'succeeded'
+                                ORDER BY finished_at DESC LIMIT 1)
+              ORDER BY seq",
+        )
+        .fetch_all(pool)
+        .await?;
+        let mut events = Vec::new();
+        for (kind, payload) in rows {
+            let kind = EventKind::parse(&kind).with_context(|| format!("event kind {kind}"))?;
+            events.push((kind, payload));
+        }
+        let running = events
+            .iter()
+            .position(|(k, p)| *k == EventKind::JobState && p["status"] == "running")
+            .context("no running event")?;
+        let result = running
+            + events[running..]
+                .iter()
+                .position(|(k, _)| *k == EventKind::ToolResult)
+                .context("no tool result")?;
+        let last: Vec<(EventKind, Value)> = events[result + 1..].to_vec();
+        anyhow::ensure!(
+            last.last()
+                .is_some_and(|(k, p)| *k == EventKind::JobState && p["status"] == "succeeded"),
+            "the last job did not end with `succeeded`"
+        );
+        Ok(Self {
+            first: events[running + 1..=result].to_vec(),
+            last,
+        })
+    }
+
+    /// As event bodies, for the turns' statements.
+    fn bodies(&self) -> anyhow::Result<[Vec<EventBody>; 2]> {
+        let parts = |list: &[(EventKind, Value)]| -> anyhow::Result<Vec<EventBody>> {
+            list.iter()
+                .map(|(kind, payload)| Ok(EventBody::from_parts(*kind, payload.clone())?))
                 .collect()
         };
-        Ok(Self {
-            first: parts(vec![
-                (
-                    EventKind::Movement,
-                    json!({"name": "work", "piece": "chat"}),
-                ),
-                (
-                    EventKind::Message,
-                    json!({"role": "system", "content": system}),
-                ),
-                (
-                    EventKind::Message,
-                    json!({"role": "user", "content": "<instruction>\njob\n</instruction>"}),
-                ),
-                (
-                    EventKind::Message,
-                    assistant(1978, 0, "Looking.", "list_files", "{}", "call_0_0"),
-                ),
-                (
-                    EventKind::ToolCall,
-                    json!({"name": "list_files", "call_id": "call_0_0", "arguments": "{}", "message_seq": 0}),
-                ),
-                (
-                    EventKind::ToolResult,
-                    json!({"name": "list_files", "call_id": "call_0_0", "content": "(nothing)", "is_error": false}),
-                ),
-            ])?,
-            last: parts(vec![
-                (
-                    EventKind::Message,
-                    assistant(
-                        2030,
-                        1978,
-                        "Done.",
-                        "complete",
-                        r#"{"result":"ok"}"#,
-                        "call_1_0",
-                    ),
-                ),
-                (
-                    EventKind::ToolCall,
-                    json!({"name": "complete", "call_id": "call_1_0", "arguments": r#"{"result":"ok"}"#, "message_seq": 0}),
-                ),
-                (
-                    EventKind::ToolResult,
-                    json!({"name": "complete", "call_id": "call_1_0", "content": "ok", "is_error": false}),
-                ),
-                (
-                    EventKind::JobState,
-                    json!({"status": "succeeded", "attempt": 1, "result": "ok"}),
-                ),
-            ])?,
-        })
+        Ok([parts(&self.first)?, parts(&self.last)?])
     }
 }
 
@@ -477,7 +453,7 @@ struct Work {
     env: Env,
     http: reqwest::Client,
     bodies: [Bytes; 2],
-    turns: Turns,
+    turns: [Vec<EventBody>; 2],
     /// Jobs run to their end whose dispatch delivery has not come yet, and deliveries whose
     /// job is still running: each delivery is acknowledged once its job has ended.
     deliveries: Mutex<Deliveries>,
@@ -551,6 +527,8 @@ async fn worker(env: Env) -> anyhow::Result<()> {
         .nats
         .subscribe(env.bus.subjects.dispatch(PROFILE))
         .await?;
+    let turns =
+        serde_json::from_slice::<Turns>(&std::fs::read(env.dir.join("turns.json"))?)?.bodies()?;
     let (claims, requests) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(claimer(env.clone(), requests));
     let work = Arc::new(Work {
@@ -558,7 +536,7 @@ async fn worker(env: Env) -> anyhow::Result<()> {
         env,
         http: maestro_testkit::http_client(),
         bodies,
-        turns: Turns::new()?,
+        turns,
         deliveries: Mutex::default(),
     });
     let mut deliveries = consumer.messages().await?;
@@ -630,7 +608,7 @@ impl Work {
         let append = maestro_db::jobs::append_publishing(
             &self.env.pool,
             fence,
-            &self.turns.first,
+            &self.turns[0],
             None,
             &[],
             Publish::Directly,
@@ -651,7 +629,7 @@ impl Work {
         let appended = maestro_db::jobs::append_publishing(
             &self.env.pool,
             fence,
-            &self.turns.last,
+            &self.turns[1],
             Some(&done),
             &[],
             Publish::Directly,

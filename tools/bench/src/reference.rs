@@ -332,6 +332,11 @@ impl Bench {
 }
 
 impl Target {
+    /// The database whose commits are counted.
+    pub fn pool(&self) -> &sqlx::PgPool {
+        &self.pool
+    }
+
     /// Jobs created at `tasks_url` with `token`, their ends heard on `nats` under `prefix`.
     pub async fn listen(
         http: reqwest::Client,
