@@ -3,18 +3,20 @@
 //! The floor is the job path as the architecture lays it out — five processes, one
 //! nats-server, Postgres and the scripted LLM, with the same hops — carried by the least code
 //! that can move a job along them: a gateway that creates the task, a worker that claims it,
-//! asks the LLM, calls the tool-runner and commits the turns, a relay and a notifier. Its
-//! Postgres statements are MAESTRO's own (`maestro_db`'s create, claim, turn and relay
-//! statements, with the same rows), its messages MAESTRO's subjects, streams and consumers
-//! (`maestro_messaging`), its LLM requests the bytes MAESTRO's worker sent (recorded from the
-//! MAESTRO stack's scripted LLM during its warm-up). Everything MAESTRO does around them is
-//! left out: validation, authentication, the agent's conversation and piece, prompt rendering,
-//! tool sandboxing, leases, signals, dispatch hand-overs, metrics and tracing.
+//! asks the LLM, calls the tool-runner and commits the turns, a tool-runner, a relay and a
+//! notifier. Its Postgres statements are MAESTRO's own (`maestro_db`'s create, claim, turn and
+//! relay statements, the turns' events being the rows MAESTRO's worker wrote for its last
+//! warm-up job), its messages MAESTRO's subjects, streams, consumers and tool protocol
+//! (`maestro_messaging`, `ToolExecRequest`), its LLM requests the bytes MAESTRO's worker sent
+//! (recorded from MAESTRO's scripted LLM during its warm-up). Everything MAESTRO does around
+//! them is left out: validation, authentication, the agent's conversation and piece, prompt
+//! rendering, tool sandboxing, leases, signals, dispatch hand-overs, metrics and tracing.
 //!
 //! So the floor's CPU per job is what this machine charges for the architecture's hops and
 //! MAESTRO's Postgres work alone; MAESTRO's figures beside it, in the same sitting, show what
-//! its services add. The two stacks run side by side, idle while the other is measured, and
-//! the rounds alternate which goes first.
+//! its services add, and `--keep` runs chosen MAESTRO services among the floor's roles to
+//! show what each adds alone. The two stacks run side by side, each idle while the other is
+//! measured, and the rounds alternate which goes first.
 //!
 //! Each role is this binary started again (`maestro-bench floor-role <role>`) through a
 //! symlink named `floor-<role>`, so the CPU table tells the processes apart.

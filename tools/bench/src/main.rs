@@ -24,7 +24,7 @@
 //! signals [--rounds N]` how fast a comment and a cancel reach a running job (`signals.rs`),
 //! `maestro-bench timeline [--jobs N]` every hop and statement of one job (`timeline.rs`),
 //! `maestro-bench compare` MAESTRO next to its peers in one sitting (`compare.rs`),
-//! `maestro-bench floor [--jobs N] [--concurrency C] [--rounds R]` MAESTRO next to the least
+//! `maestro-bench floor [--jobs N] [--concurrency C] [--rounds R] [--keep S,…]` MAESTRO next to the least
 //! code that carries the reference job along the same hops with the same statements
 //! (`floor.rs`).
 
@@ -60,7 +60,7 @@ usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N] [-
        maestro-bench timeline [--jobs N]
        maestro-bench compare [--jobs N] [--levels 8,64] [--peers dbos,langgraph,restate,temporal]
        maestro-bench curve [--jobs N] [--backlog B] [--out DIR]
-       maestro-bench floor [--jobs N] [--concurrency C] [--rounds R]
+       maestro-bench floor [--jobs N] [--concurrency C] [--rounds R] [--keep worker,tool-runner,...]
 Each starts its own Postgres database, nats-server and services from the release binaries
 beside it (MAESTRO_BIN_DIR overrides where); docs/performance.md explains the figures.";
 
