@@ -45,9 +45,12 @@ fn unix_us() -> i64 {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let options = StackOptions::new(crate::reference::scenario())
+        // `TIMELINE_RUST_LOG` shows more of a service's own steps (each log line is a mark).
         .env(
             "RUST_LOG",
-            "info,sqlx::query=debug,maestro_worker::handler=debug",
+            &std::env::var("TIMELINE_RUST_LOG").unwrap_or_else(|_| {
+                "info,sqlx::query=debug,maestro_worker::handler=debug".to_owned()
+            }),
         )
         .env("RELAY_POLL_MS", "1000");
     let mut stack = Stack::spawn(options).await?;
