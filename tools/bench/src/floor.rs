@@ -5,7 +5,8 @@
 //! that can move a job along them: a gateway that creates the task, a worker that claims it,
 //! asks the LLM, calls the tool-runner and commits the turns, a tool-runner, a relay and a
 //! notifier. Its Postgres statements are MAESTRO's own (`maestro_db`'s create, claim, turn and
-//! relay statements, the turns' events being the rows MAESTRO's worker wrote for its last
+//! relay statements, the relay's drain being the scheduler's own `Relay::drain`, the turns'
+//! events being the rows MAESTRO's worker wrote for its last
 //! warm-up job), its messages MAESTRO's subjects, streams, consumers and tool protocol
 //! (`maestro_messaging`, `ToolExecRequest`), its LLM requests the bytes MAESTRO's worker sent
 //! (recorded from MAESTRO's scripted LLM during its warm-up). Everything MAESTRO does around
@@ -796,44 +797,21 @@ async fn relay(env: Env) -> anyhow::Result<()> {
             }
         }
     });
+    // MAESTRO's drain: the relay's rows locked, published (acknowledgements awaited) and
+    // deleted, batch by batch.
+    let relay = maestro_scheduler::relay::Relay {
+        pool: env.pool.clone(),
+        bus: env.bus.clone(),
+        batch: 100,
+        poll: Duration::from_secs(1),
+    };
     while wakes.next().await.is_some() {
         // Wake-ups that came during a drain count once.
         while let Some(Some(_)) = futures::FutureExt::now_or_never(wakes.next()) {}
-        if let Err(e) = drain(&env).await {
+        if let Err(e) = relay.drain(false).await {
             eprintln!("drain: {e:#}");
         }
     }
-    Ok(())
-}
-
-/// One batch of the relay's own rows: locked, published (acknowledgements awaited), deleted.
-async fn drain(env: &Env) -> anyhow::Result<()> {
-    let mut tx = maestro_db::begin(&env.pool).await?;
-    let rows = maestro_db::outbox::lock_batch(&mut tx, 100).await?;
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut acks = Vec::new();
-    for row in &rows {
-        let payload = Bytes::from(serde_json::to_vec(&row.payload)?);
-        acks.extend(
-            env.bus
-                .send_row(
-                    row.topic,
-                    &row.msg_id,
-                    row.traceparent.as_deref(),
-                    row.a2a_push,
-                    payload,
-                )
-                .await?,
-        );
-    }
-    for ack in acks {
-        ack.await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    maestro_db::outbox::delete(&mut tx, &ids).await?;
-    maestro_db::commit(tx).await?;
     Ok(())
 }
 

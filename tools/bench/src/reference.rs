@@ -161,7 +161,7 @@ struct Board {
 
 /// A stack running the reference job, and the jobs waiting for their end.
 pub struct Bench {
-    stack: Arc<Stack>,
+    stack: Stack,
     target: Target,
     /// The workers' instance names.
     workers: Vec<String>,
@@ -293,7 +293,7 @@ impl Bench {
         )
         .await?;
         Ok(Self {
-            stack: Arc::new(stack),
+            stack,
             target,
             workers: names,
         })
