@@ -1,13 +1,16 @@
 //! Durability of the job path: a worker process killed in the middle of a job loses nothing
 //! (JetStream redelivers the dispatch after `ack_wait`, a second worker claims the job once
 //! the first one's lease expired, and resumes from the last committed step, so no event is
-//! duplicated and no committed LLM turn is asked again); and a job committed but never
+//! duplicated and no committed LLM turn is asked again); a turn's results wait at most
+//! `WORKER_RESULTS_COMMIT_WAIT_MS` to be committed with the next reply, and a worker killed
+//! inside that wait costs exactly that turn asked again; and a job committed but never
 //! dispatched is dispatched by the scheduler.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use maestro_domain::{EventKind, JobStatus};
+use chrono::{DateTime, Utc};
+use maestro_domain::{Event, EventKind, JobStatus};
 use maestro_testkit::{Service, Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
 
@@ -137,6 +140,165 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
     );
     let file = std::fs::read_to_string(stack.workspace(task_id).join("out.txt")).expect("file");
     assert_eq!(file, "once");
+}
+
+/// A reference job: `list_files` (which only reads), then `complete`; the second reply comes
+/// after `second_delay_ms`, streaming `chunk_delay_ms` apart.
+fn list_then_complete(second_delay_ms: u64, chunk_delay_ms: u64) -> Value {
+    json!({"scenarios": [{
+        "name": "list-then-complete",
+        "match": "commit wait",
+        "turns": [
+            // Gives a test time to open its stream before the first delta.
+            {"delay_ms": 400, "text": "Looking.", "tool_calls": [{"name": "list_files", "arguments": {}}]},
+            {
+                "delay_ms": second_delay_ms,
+                "text": "Done looking around, and that is all for now.",
+                "chunk_chars": 1,
+                "chunk_delay_ms": chunk_delay_ms,
+                "tool_calls": [{"name": "complete", "arguments": {"result": "listed"}}]
+            }
+        ]
+    }]})
+}
+
+/// The transaction time of the event of `kind` (and `status`, for job states) in `events`.
+fn committed_at(events: &[Event], kind: EventKind, status: Option<&str>) -> DateTime<Utc> {
+    of_kind(events, kind)
+        .find(|e| status.is_none_or(|s| e.payload["status"] == s))
+        .unwrap_or_else(|| panic!("no {kind:?} {status:?} event: {events:#?}"))
+        .created_at
+}
+
+/// Run the reference job with `commit_wait_ms` and a second reply after `second_delay_ms`:
+/// whether the tool's result was committed by the statement that ended the job.
+async fn results_committed_with_the_end(commit_wait_ms: &str, second_delay_ms: u64) -> bool {
+    let options = StackOptions::new(list_then_complete(second_delay_ms, 0))
+        .env("WORKER_RESULTS_COMMIT_WAIT_MS", commit_wait_ms);
+    let stack = Stack::up(options).await;
+    let task_id = stack
+        .new_task(&json!({"instruction": "commit wait: list the files"}))
+        .await;
+    let mut stream = stack.stream(task_id, None).await;
+    let items = stream
+        .read_until(Duration::from_secs(20), |item| {
+            item.event == "job_state" && item.data["payload"]["status"] == "succeeded"
+        })
+        .await;
+    let done = stack.wait_over(task_id).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().result.as_deref(), Some("listed"));
+    let events = stack.events(task_id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    let result = committed_at(&events, EventKind::ToolResult, None);
+    let end = committed_at(&events, EventKind::JobState, Some("succeeded"));
+    // What streamed live: the first reply's deltas, and the second's unless it came within
+    // the wait (then it came whole, with its commit).
+    let streamed: String = items
+        .iter()
+        .filter(|i| i.event == "delta" && i.data["type"] == "text")
+        .map(|i| i.data["text"].as_str().unwrap_or_default())
+        .collect();
+    let second = "Done looking around, and that is all for now.";
+    let expected = match result == end {
+        true => "Looking.".to_owned(),
+        false => format!("Looking.{second}"),
+    };
+    assert_eq!(streamed, expected, "the deltas streamed");
+    if result != end {
+        // Committed while the second request ran, once the wait was over: long before its
+        // reply came.
+        let gap = (end - result).to_std().expect("the result first");
+        let wait = Duration::from_millis(commit_wait_ms.parse().expect("a number"));
+        let reply = Duration::from_millis(second_delay_ms);
+        assert!(
+            gap + wait + Duration::from_millis(250) >= reply,
+            "committed {gap:?} before the end, the wait {wait:?}, the reply took {reply:?}"
+        );
+    }
+    result == end
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_within_the_commit_wait_is_committed_with_the_results_it_saw() {
+    // A wait far longer than the instant reply: one statement carries both turns.
+    assert!(results_committed_with_the_end("60000", 0).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_committed_once_the_commit_wait_is_over() {
+    // The reply takes 1.5 s; the results are committed 200 ms after its request went out.
+    assert!(!results_committed_with_the_end("200", 1500).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_commit_wait_results_are_committed_before_the_reply_is_read() {
+    assert!(!results_committed_with_the_end("0", 0).await);
+}
+
+/// What the commit wait costs: a worker killed while the results wait for the next reply
+/// leaves them uncommitted, so the job's next claim asks that turn again and runs its
+/// (read-only) call again — and still nothing is duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_inside_the_commit_wait_asks_that_turn_again() {
+    // The second reply streams for about four seconds; the results wait for all of it.
+    let options = StackOptions::new(list_then_complete(0, 80))
+        .env("WORKER_RESULTS_COMMIT_WAIT_MS", "60000")
+        .env("JOB_ACK_WAIT_MS", "1500")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
+    let task_id = stack
+        .new_task(&json!({"instruction": "commit wait: list the files"}))
+        .await;
+    // The second request is in: its reply streams.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while stack.llm.requests().await.expect("requests").len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no second request");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = stack.events(task_id).await;
+    assert_eq!(
+        of_kind(&before, EventKind::ToolResult).count(),
+        0,
+        "the results wait for the reply: {before:#?}"
+    );
+
+    stack.kill("worker-a").await;
+    stack.add(Service::Worker, "worker-b").await;
+    let over = [JobStatus::Succeeded, JobStatus::Failed];
+    let done = stack
+        .wait_within(task_id, &over, Duration::from_secs(40))
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().attempt, 2, "claimed twice: once per worker");
+
+    let events = stack.events(task_id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    let count = |kind| of_kind(&events, kind).count();
+    assert_eq!(
+        count(EventKind::ToolCall),
+        2,
+        "list_files and complete, once each"
+    );
+    assert_eq!(count(EventKind::ToolResult), 2, "one result per call");
+    let assistant = of_kind(&events, EventKind::Message)
+        .filter(|e| e.payload["role"] == "assistant")
+        .count();
+    assert_eq!(assistant, 2, "one message per LLM turn");
+
+    let requests = stack.llm.requests().await.expect("LLM requests");
+    let turns: Vec<i64> = requests
+        .iter()
+        .map(|r| r["turn"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(
+        turns,
+        [0, 1, 0, 1],
+        "the uncommitted first turn was asked again, then the second"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

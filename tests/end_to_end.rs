@@ -33,6 +33,10 @@ fn scenarios() -> Value {
                 "tool_calls": [{"name": "write_file", "arguments": {"path": "notes/note.txt", "content": NOTE}}]
             },
             {
+                // A model's time to its first token: longer than the worker's commit wait, so
+                // the first turn's results are committed while this reply comes, which then
+                // streams live too (a reply within the wait comes whole: tests/crash_recovery.rs).
+                "delay_ms": 100,
                 "text": "The note is written.",
                 "tool_calls": [{"name": "complete", "arguments": {"result": "Wrote notes/note.txt"}}]
             }

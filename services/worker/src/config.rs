@@ -25,6 +25,10 @@ pub struct Settings {
     /// Send a hinted new task's first LLM request while its job is claimed
     /// (`WORKER_EARLY_FIRST_CALL`, default on; see `agent/first_call.rs`).
     pub early_first_call: bool,
+    /// How long a turn's results, sent to be committed while the next LLM request runs, wait
+    /// for its reply to be committed with it (`WORKER_RESULTS_COMMIT_WAIT_MS`, default 25; 0:
+    /// committed at once, and the reply read only once they are; see `agent/journal.rs`).
+    pub results_commit_wait: Duration,
     /// JetStream `ack_wait` of the jobs consumer; also the job lease, renewed at a third of it.
     pub ack_wait: Duration,
     /// JetStream `max_deliver` of the jobs consumer.
@@ -120,6 +124,8 @@ impl Settings {
             concurrency: env.parse("WORKER_CONCURRENCY", 32)?,
             dispatch_hints: env.parse("WORKER_DISPATCH_HINTS", true)?,
             early_first_call: env.parse("WORKER_EARLY_FIRST_CALL", true)?,
+            results_commit_wait: env
+                .millis("WORKER_RESULTS_COMMIT_WAIT_MS", Duration::from_millis(25))?,
             ack_wait: env.millis("JOB_ACK_WAIT_MS", Duration::from_secs(30))?,
             max_deliver: env.parse("JOB_MAX_DELIVER", 20)?,
             llm: LlmConfig {

@@ -7,6 +7,9 @@
 //! the payload, so the stream has nothing to de-duplicate (and no id to remember per
 //! fragment, hundreds of them per turn with a real model).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use bytes::Bytes;
 use maestro_domain::{JobId, StreamId, TaskId};
 use maestro_messaging::payloads::{Delta, DeltaFragment};
@@ -17,8 +20,16 @@ pub struct DeltaPublisher {
     subjects: maestro_messaging::Subjects,
     task_id: TaskId,
     job_id: JobId,
+    /// Task-wide seq of the job's last committed event, moved on by the commit that wrote it
+    /// before it publishes its events — on a task of its own while a reply may stream — so a
+    /// delta published after them follows them.
+    committed: Arc<AtomicI64>,
     after_seq: i64,
     n: u64,
+    /// Deltas held back while the results of the turn before wait to be committed (the seq
+    /// of the last commit when holding began, and the fragments): a delta published before
+    /// that commit would follow the same event as the turn before's, its text read as theirs.
+    held: Option<(i64, Vec<DeltaFragment>)>,
 }
 
 impl std::fmt::Debug for DeltaPublisher {
@@ -44,20 +55,59 @@ impl DeltaPublisher {
             subjects,
             task_id,
             job_id,
+            committed: Arc::new(AtomicI64::new(after_seq)),
             after_seq,
             n: 0,
+            held: None,
         }
     }
 
-    /// A new event was committed: later deltas follow it.
-    pub fn committed(&mut self, last_seq: i64) {
-        if last_seq != self.after_seq {
-            self.after_seq = last_seq;
-            self.n = 0;
+    /// Hold the deltas back until the job's next commit is written: its results wait to be
+    /// committed with the reply these deltas are of.
+    pub fn hold(&mut self) {
+        if self.held.is_none() {
+            self.held = Some((self.committed.load(Ordering::Acquire), Vec::new()));
         }
+    }
+
+    /// The results were committed: publish what was held, after their events.
+    pub async fn release(&mut self) {
+        if let Some((_, held)) = self.held.take() {
+            for fragment in held {
+                self.emit(fragment).await;
+            }
+        }
+    }
+
+    /// The reply ended before the results were committed, and they are committed with it: its
+    /// message comes whole, and the deltas held are dropped.
+    pub fn drop_held(&mut self) {
+        self.held = None;
+    }
+
+    /// Where the commits of the job set the seq of their last event.
+    pub fn committed_seq(&self) -> Arc<AtomicI64> {
+        self.committed.clone()
     }
 
     pub async fn publish(&mut self, fragment: DeltaFragment) {
+        if let Some((since, held)) = &mut self.held {
+            if self.committed.load(Ordering::Acquire) == *since {
+                held.push(fragment);
+                return;
+            }
+            self.release().await;
+        }
+        self.emit(fragment).await;
+    }
+
+    async fn emit(&mut self, fragment: DeltaFragment) {
+        let committed = self.committed.load(Ordering::Acquire);
+        if committed != self.after_seq {
+            // A new event was committed: later deltas follow it.
+            self.after_seq = committed;
+            self.n = 0;
+        }
         self.n += 1;
         let id = StreamId::delta(self.after_seq, self.n).to_string();
         let delta = Delta {

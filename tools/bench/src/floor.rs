@@ -3,7 +3,9 @@
 //! The floor is the job path as the architecture lays it out — five processes, one
 //! nats-server, Postgres and the scripted LLM, with the same hops — carried by the least code
 //! that can move a job along them: a gateway that creates the task, a worker that claims it,
-//! asks the LLM, calls the tool-runner and commits the turns, a tool-runner, a relay and a
+//! asks the LLM, calls the tool-runner and commits the turns (the first with the second when
+//! the second reply comes within `WORKER_RESULTS_COMMIT_WAIT_MS`, as MAESTRO's worker does),
+//! a tool-runner, a relay and a
 //! notifier. Its Postgres statements are MAESTRO's own (`maestro_db`'s create, claim, turn and
 //! relay statements, the relay's drain being the scheduler's own `Relay::drain`, the turns'
 //! events being the rows MAESTRO's worker wrote for its last
@@ -457,6 +459,12 @@ struct Work {
     http: reqwest::Client,
     bodies: [Bytes; 2],
     turns: [Vec<EventBody>; 2],
+    /// Both turns' events, for one statement when the second reply comes within the commit
+    /// wait.
+    both: Vec<EventBody>,
+    /// MAESTRO's worker's `WORKER_RESULTS_COMMIT_WAIT_MS`: how long the first turn's commit
+    /// waits for the second reply, to be committed with it.
+    commit_wait: Duration,
     /// Jobs run to their end whose dispatch delivery has not come yet, and deliveries whose
     /// job is still running: each delivery is acknowledged once its job has ended.
     deliveries: Mutex<Deliveries>,
@@ -539,7 +547,11 @@ async fn worker(env: Env) -> anyhow::Result<()> {
         env,
         http: maestro_testkit::http_client(),
         bodies,
+        both: turns.concat(),
         turns,
+        commit_wait: Duration::from_millis(
+            std::env::var("WORKER_RESULTS_COMMIT_WAIT_MS").map_or(Ok(25), |v| v.parse())?,
+        ),
         deliveries: Mutex::default(),
     });
     let mut deliveries = consumer.messages().await?;
@@ -607,19 +619,48 @@ impl Work {
             .await?;
         let reply: ToolExecReply = serde_json::from_slice(&result.payload)?;
         anyhow::ensure!(reply.ok, "the tool failed: {}", reply.output);
-        // The turn's commit beside the next request, whose reply is read after the commit.
-        let append = maestro_db::jobs::append_publishing(
-            &self.env.pool,
-            fence,
-            &self.turns[0],
-            None,
-            &[],
-            Publish::Directly,
-        );
-        let (appended, second) = tokio::join!(append, self.ask(&self.bodies[1]));
-        let appended = appended?.map_err(|_| anyhow::anyhow!("fenced"))?;
-        self.env.bus.publish_direct(appended.direct).await;
-        self.reply(second?, task_id, job_id, 2).await?;
+        // The turn's commit beside the next request, as MAESTRO's worker makes it: waiting for
+        // the reply, to be committed with it, when there is a commit wait; else at once, the
+        // reply read after the commit.
+        let second = async {
+            let response = self.ask(&self.bodies[1]).await?;
+            self.reply(response, task_id, job_id, 2).await
+        };
+        let commit_first = async {
+            let appended = maestro_db::jobs::append_publishing(
+                &self.env.pool,
+                fence,
+                &self.turns[0],
+                None,
+                &[],
+                Publish::Directly,
+            )
+            .await?
+            .map_err(|_| anyhow::anyhow!("fenced"))?;
+            self.env.bus.publish_direct(appended.direct).await;
+            anyhow::Ok(())
+        };
+        let both = if self.commit_wait.is_zero() {
+            let (committed, second) =
+                tokio::join!(commit_first, async { self.ask(&self.bodies[1]).await });
+            committed?;
+            self.reply(second?, task_id, job_id, 2).await?;
+            false
+        } else {
+            tokio::pin!(second);
+            tokio::select! {
+                replied = &mut second => {
+                    replied?;
+                    true
+                }
+                () = tokio::time::sleep(self.commit_wait) => {
+                    let (committed, replied) = tokio::join!(commit_first, second);
+                    committed?;
+                    replied?;
+                    false
+                }
+            }
+        };
         let done = Transition {
             to: JobStatus::Succeeded,
             wait_reason: None,
@@ -632,7 +673,7 @@ impl Work {
         let appended = maestro_db::jobs::append_publishing(
             &self.env.pool,
             fence,
-            &self.turns[1],
+            if both { &self.both } else { &self.turns[1] },
             Some(&done),
             &[],
             Publish::Directly,

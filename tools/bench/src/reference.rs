@@ -434,9 +434,10 @@ impl Target {
 
     /// Where a job's time goes, from its events' timestamps (each the start of the transaction
     /// that wrote it): p50 of each step of the reference job, over the jobs created since
-    /// `from`.
+    /// `from`, and how many committed the tool's result with their end (the second reply came
+    /// within the worker's `WORKER_RESULTS_COMMIT_WAIT_MS`).
     pub async fn stages(&self, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
-        let row: (f64, f64, f64, f64) = sqlx::query_as(
+        let row: (f64, f64, f64, f64, f64) = sqlx::query_as(
             r#"
             WITH t AS (
                 SELECT e.task_id,
@@ -450,7 +451,8 @@ impl Target {
             SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM running - queued)),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM tool - running)),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - tool)),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued))
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done - queued)),
+                   avg((tool = done)::int)::float8
               FROM t
             "#,
         )
@@ -460,11 +462,13 @@ impl Target {
         println!(
             "stages p50:  create → claimed {:.1} ms, claimed → tool result {:.1} ms (LLM call, tool call), \
              tool result → succeeded {:.1} ms (LLM call, final commit); create → succeeded {:.1} ms \
-             (by the events' transaction start times)",
+             (by the events' transaction start times); the tool result committed with the end \
+             in {:.0} % of jobs (then its stage runs to the final commit)",
             row.0 * 1000.0,
             row.1 * 1000.0,
             row.2 * 1000.0,
-            row.3 * 1000.0
+            row.3 * 1000.0,
+            row.4 * 100.0
         );
         Ok(())
     }

@@ -5,14 +5,18 @@
 //! that carries them.
 //!
 //! A turn's results are sent ([`Journal::send`]) rather than committed when the next step is
-//! the LLM request that carries them: the statement runs on a task of its own while the request
-//! is built and sent, and the reply is read only once the commit has answered
-//! ([`Journal::settle`], `llm.rs`). Nothing the model replies is recorded, run or committed
-//! before the results it saw are (docs/architecture.md#commits-on-the-job-path).
+//! the LLM request that carries them. By default the commit waits a few milliseconds
+//! (`WORKER_RESULTS_COMMIT_WAIT_MS`) for that request's reply: a reply that comes sooner takes
+//! the results back into the next commit, which then carries both turns; one that takes longer
+//! finds them committed while it streams. With no wait the statement runs at once on a task of
+//! its own, and the reply is read only once the commit has answered (`llm.rs`). Either way
+//! nothing the model replies is run with an effect, published or committed before the results
+//! it saw are committed, in an earlier commit or in the same one
+//! (docs/architecture.md#commits-on-the-job-path).
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use maestro_db::DbError;
@@ -23,6 +27,7 @@ use maestro_domain::event::ReplayEvent;
 use maestro_domain::{CommentKind, EventBody, Message, MessageEvent, ToolCall, ToolResultEvent};
 use maestro_messaging::payloads::DeltaFragment;
 use maestro_messaging::{AfterCommit, Bus};
+use tokio::sync::oneshot;
 
 use super::context::JobError;
 use crate::deltas::DeltaPublisher;
@@ -56,16 +61,25 @@ pub(super) struct Journal {
     signalled: Arc<AtomicBool>,
     last_interjection_check: Instant,
     deltas: DeltaPublisher,
-    /// Task-wide seq of the last committed event.
-    last_seq: i64,
     /// A commit sent and not answered yet.
     in_flight: Option<InFlight>,
+    /// How long sent results may wait to be committed with the next reply (zero: at once).
+    commit_wait: Duration,
+    /// When the oldest events not yet committed were first sent: they are committed by this
+    /// plus `commit_wait` at the latest, however often they are taken back and sent again.
+    sent_at: Option<Instant>,
     /// The next `gen_call_<n>` for a call the model gave no id.
     pub next_generated_id: u32,
 }
 
 impl Journal {
-    pub fn new(pool: &PgPool, bus: &Bus, claim: &Claimed, signalled: Arc<AtomicBool>) -> Self {
+    pub fn new(
+        pool: &PgPool,
+        bus: &Bus,
+        claim: &Claimed,
+        signalled: Arc<AtomicBool>,
+        commit_wait: Duration,
+    ) -> Self {
         let deltas = DeltaPublisher::new(
             bus.nats.clone(),
             bus.subjects.clone(),
@@ -87,8 +101,9 @@ impl Journal {
             signalled,
             last_interjection_check: Instant::now(),
             deltas,
-            last_seq: claim.claim_seq,
             in_flight: None,
+            commit_wait,
+            sent_at: None,
             next_generated_id: 1,
         }
     }
@@ -186,23 +201,30 @@ impl Journal {
         }
         let events = std::mem::take(&mut self.unsaved);
         let delivering = std::mem::take(&mut self.delivering);
-        let written = self
-            .writer()
-            .write(&events, transition.as_ref(), &delivering)
-            .await;
+        let written = Some(
+            self.writer()
+                .write(&events, transition.as_ref(), &delivering)
+                .await,
+        );
         self.answered(Sent {
             events,
             delivering,
             written,
         })
+        .await
     }
 
     /// Commit the unsaved events (no state change) without waiting: the statement runs, and
-    /// its events are published, on a task of its own. The next [`Self::commit`] or
-    /// [`Self::settle`] waits for its answer; the LLM request that follows takes it with
+    /// its events are published, on a task of its own — at once, or once the commit wait is
+    /// over, unless the next [`Self::commit`], [`Self::send`] or [`Self::settle`] takes the
+    /// events back first to commit them with its own. Those wait for its answer when its
+    /// statement has started; with no commit wait the LLM request that follows takes it with
     /// [`Self::take_in_flight`].
     pub async fn send(&mut self) -> Result<(), JobError> {
-        // In order: a commit in flight is answered before the next is sent.
+        if self.unsaved.is_empty() && self.in_flight.is_some() {
+            return Ok(());
+        }
+        // In order: a commit in flight is answered (or taken back) before the next is sent.
         self.settle().await?;
         if self.unsaved.is_empty() {
             return Ok(());
@@ -210,53 +232,78 @@ impl Journal {
         let events = std::mem::take(&mut self.unsaved);
         let delivering = std::mem::take(&mut self.delivering);
         let writer = self.writer();
-        self.in_flight = Some(InFlight(tokio::spawn(async move {
+        let wait = (!self.commit_wait.is_zero())
+            .then(|| *self.sent_at.get_or_insert_with(Instant::now) + self.commit_wait);
+        if wait.is_some() {
+            self.deltas.hold();
+        }
+        let (take_back, taken_back) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            if let Some(until) = wait {
+                tokio::select! {
+                    // Taken back: committed with the next commit instead. (A journal dropped
+                    // without taking them back has them committed now.)
+                    taken = taken_back => if taken.is_ok() {
+                        return Sent { events, delivering, written: None };
+                    },
+                    () = tokio::time::sleep_until(until.into()) => {}
+                }
+            }
             let written = writer.write(&events, None, &delivering).await;
             Sent {
                 events,
                 delivering,
-                written,
+                written: Some(written),
             }
-        })));
+        });
+        self.in_flight = Some(InFlight { task, take_back });
         Ok(())
     }
 
-    /// Wait for the commit in flight, if any (an error is the commit's).
+    /// Answer the commit in flight, if any: its events are taken back into the next commit
+    /// when its statement has not started, else its answer is waited for (an error is the
+    /// commit's).
     pub async fn settle(&mut self) -> Result<(), JobError> {
         match self.in_flight.take() {
-            Some(in_flight) => self.answered(in_flight.answer().await?),
+            Some(in_flight) => self.answered(in_flight.take_back().await?).await,
             None => Ok(()),
         }
     }
 
     /// The commit in flight, for a caller that waits for it alongside something else and then
-    /// hands its answer to [`Self::answered`].
+    /// hands its answer to [`Self::answered`]: only with no commit wait, where the next LLM
+    /// reply is read once it has answered. With a wait it stays here, for the next commit to
+    /// take back or wait for.
     pub fn take_in_flight(&mut self) -> Option<InFlight> {
-        self.in_flight.take()
+        match self.commit_wait.is_zero() {
+            true => self.in_flight.take(),
+            false => None,
+        }
     }
 
-    /// Take in what a commit came to: the job's last seq moves on, or (refused) its events
-    /// are unsaved again, before any added since.
-    pub fn answered(&mut self, sent: Sent) -> Result<(), JobError> {
+    /// Take in what a commit came to: the job's last seq moves on; or, refused or taken back
+    /// before its statement started, its events are unsaved again, before any added since.
+    pub async fn answered(&mut self, sent: Sent) -> Result<(), JobError> {
         let Sent {
             mut events,
             mut delivering,
             written,
         } = sent;
-        match written? {
-            Ok(last_seq) => {
-                self.last_seq = last_seq;
-                self.deltas.committed(last_seq);
-                Ok(())
+        let refused = match written.transpose()? {
+            Some(Ok(())) => {
+                self.sent_at = None;
+                self.deltas.release().await;
+                return Ok(());
             }
-            Err(fenced) => {
-                events.append(&mut self.unsaved);
-                self.unsaved = events;
-                delivering.append(&mut self.delivering);
-                self.delivering = delivering;
-                Err(fenced.into())
-            }
-        }
+            Some(Err(fenced)) => Some(fenced),
+            None => None,
+        };
+        self.deltas.drop_held();
+        events.append(&mut self.unsaved);
+        self.unsaved = events;
+        delivering.append(&mut self.delivering);
+        self.delivering = delivering;
+        refused.map_or(Ok(()), |fenced| Err(fenced.into()))
     }
 
     fn writer(&self) -> Writer {
@@ -265,6 +312,7 @@ impl Journal {
             bus: self.bus.clone(),
             fence: self.fence,
             subtask: self.subtask,
+            committed: self.deltas.committed_seq(),
         }
     }
 
@@ -294,30 +342,48 @@ impl Journal {
             ))));
             self.delivering.push(comment.id);
         }
+        if self.sent_at.is_some() {
+            // Results taken back from their commit: sent again, with their deadline kept.
+            self.send().await?;
+        }
         Ok(())
     }
 }
 
 /// A commit sent by [`Journal::send`].
 #[derive(Debug)]
-pub(super) struct InFlight(tokio::task::JoinHandle<Sent>);
+pub(super) struct InFlight {
+    task: tokio::task::JoinHandle<Sent>,
+    /// Takes the events back while the commit waits to start.
+    take_back: oneshot::Sender<()>,
+}
 
 impl InFlight {
     /// Its answer, for [`Journal::answered`].
     pub async fn answer(self) -> Result<Sent, JobError> {
-        self.0
-            .await
-            .map_err(|e| JobError::Unavailable(format!("a commit's task failed: {e}")))
+        answer_of(self.task).await
+    }
+
+    /// Its events back while its statement has not started, else its answer.
+    async fn take_back(self) -> Result<Sent, JobError> {
+        let _ = self.take_back.send(());
+        answer_of(self.task).await
     }
 }
 
-/// What a commit came to: the job's last seq, refused (fenced), or an error; with the events
-/// and interjections it carried.
+async fn answer_of(task: tokio::task::JoinHandle<Sent>) -> Result<Sent, JobError> {
+    task.await
+        .map_err(|e| JobError::Unavailable(format!("a commit's task failed: {e}")))
+}
+
+/// What a commit came to: committed, refused (fenced), or an error; with the events
+/// and interjections it carried. `written` is `None` when they were taken back before the
+/// statement started.
 #[derive(Debug)]
 pub(super) struct Sent {
     events: Vec<EventBody>,
     delivering: Vec<uuid::Uuid>,
-    written: Result<Result<i64, Fenced>, DbError>,
+    written: Option<Result<Result<(), Fenced>, DbError>>,
 }
 
 /// What a commit needs of its job, owned so that it can run on a task of its own.
@@ -328,19 +394,22 @@ struct Writer {
     fence: Fence,
     /// A subtask's end wakes the join.
     subtask: bool,
+    /// The task-wide seq of the job's last committed event, for its deltas.
+    committed: Arc<AtomicI64>,
 }
 
 impl Writer {
     /// One statement with the events (and the state change), then what it announces: the
     /// job's own events go to NATS from here, right after the commit; the relay publishes only
     /// what else the commit wrote (notices, signals), and these if this publish does not
-    /// happen (docs/architecture.md#the-outbox). The last seq the job's events took.
+    /// happen (docs/architecture.md#the-outbox). The deltas published after the events follow
+    /// them.
     async fn write(
         &self,
         events: &[EventBody],
         transition: Option<&Transition>,
         delivering: &[uuid::Uuid],
-    ) -> Result<Result<i64, Fenced>, DbError> {
+    ) -> Result<Result<(), Fenced>, DbError> {
         let written = jobs::append_publishing(
             &self.pool,
             self.fence,
@@ -354,6 +423,8 @@ impl Writer {
             Ok(appended) => appended,
             Err(fenced) => return Ok(Err(fenced)),
         };
+        let last_seq = appended.first_seq + events.len() as i64 - 1;
+        self.committed.store(last_seq, Ordering::Release);
         self.bus.publish_direct(appended.direct).await;
         let over = transition.is_some_and(|t| t.to.is_terminal());
         let mut after = if events.iter().any(EventBody::has_relayed_rows) {
@@ -365,6 +436,6 @@ impl Writer {
             after = after.wake_joiner();
         }
         self.bus.after_commit(after).await;
-        Ok(Ok(appended.first_seq + events.len() as i64 - 1))
+        Ok(Ok(()))
     }
 }

@@ -64,7 +64,9 @@ impl JobRun<'_> {
         let waited = std::time::Instant::now();
         let mut call = LlmCallMetrics::start();
         // The request goes out while the commit of the results it carries (sent by the turn
-        // before) is still running; its reply is read only once that commit has answered.
+        // before) is still running. With no commit wait its reply is read only once that
+        // commit has answered; with one the commit stays with the journal, and the reply's
+        // own commit takes the results back or waits for them (`journal.rs`).
         let (sent, started) = tokio::join!(
             async {
                 match in_flight {
@@ -83,7 +85,7 @@ impl JobRun<'_> {
             }
         );
         if let Some(sent) = sent {
-            self.journal.answered(sent?)?;
+            self.journal.answered(sent?).await?;
         }
         let started = match started {
             Start::Started(started, sent_at) => {

@@ -9,7 +9,8 @@
 //! is never lost; when every call only reads, the message is committed with the results
 //! instead (nothing happened that a crash could lose track of); the tool results follow in
 //! one commit, together with a transition's movement event and the next
-//! movement's guidance; a message that only calls `complete` is committed together with the
+//! movement's guidance — or, when the next reply comes within the commit wait, in that reply's
+//! commit (`journal.rs`); a message that only calls `complete` is committed together with the
 //! job's final state. A job resumed after a crash rebuilds its conversation and its place in
 //! the piece from these events and carries on from the last commit.
 //!

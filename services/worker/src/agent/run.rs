@@ -141,6 +141,7 @@ impl<'a> JobRun<'a> {
             &shared.bus,
             claim,
             delivery.interjections.clone(),
+            shared.settings.results_commit_wait,
         );
         let model = claim
             .model
