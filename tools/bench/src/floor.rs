@@ -604,7 +604,7 @@ impl Work {
             .publish_direct(running.into_iter().collect())
             .await;
         let fence = Fence { job_id, attempt };
-        let call = self.reply(first?, task_id, job_id, 1).await?;
+        let (call, _) = self.reply(first?, task_id, job_id, 1, false).await?;
         let mut request =
             ToolExecRequest::internal((task_id, job_id), "call_0_0", &call, json!({}), 30_000);
         request.attempt = attempt;
@@ -620,11 +620,12 @@ impl Work {
         let reply: ToolExecReply = serde_json::from_slice(&result.payload)?;
         anyhow::ensure!(reply.ok, "the tool failed: {}", reply.output);
         // The turn's commit beside the next request, as MAESTRO's worker makes it: waiting for
-        // the reply, to be committed with it, when there is a commit wait; else at once, the
-        // reply read after the commit.
+        // the reply, to be committed with it, when there is a commit wait (its deltas held
+        // back meanwhile: dropped when it comes within the wait, else published once the turn
+        // is committed); else at once, the reply read after the commit.
         let second = async {
             let response = self.ask(&self.bodies[1]).await?;
-            self.reply(response, task_id, job_id, 2).await
+            self.reply(response, task_id, job_id, 2, true).await
         };
         let commit_first = async {
             let appended = maestro_db::jobs::append_publishing(
@@ -644,7 +645,7 @@ impl Work {
             let (committed, second) =
                 tokio::join!(commit_first, async { self.ask(&self.bodies[1]).await });
             committed?;
-            self.reply(second?, task_id, job_id, 2).await?;
+            self.reply(second?, task_id, job_id, 2, false).await?;
             false
         } else {
             tokio::pin!(second);
@@ -656,7 +657,10 @@ impl Work {
                 () = tokio::time::sleep(self.commit_wait) => {
                     let (committed, replied) = tokio::join!(commit_first, second);
                     committed?;
-                    replied?;
+                    let subject = self.env.bus.subjects.deltas(task_id, job_id, 2);
+                    for fragment in replied?.1 {
+                        self.env.bus.nats.publish(subject.clone(), fragment).await?;
+                    }
                     false
                 }
             }
@@ -719,14 +723,17 @@ impl Work {
             .error_for_status()?)
     }
 
-    /// Read a streamed reply: publish its text deltas, return the name of its tool call.
+    /// Read a streamed reply: publish its text deltas (or, `held`, return them unpublished),
+    /// return the name of its tool call.
     async fn reply(
         &self,
         response: reqwest::Response,
         task_id: TaskId,
         job_id: JobId,
         turn: i64,
-    ) -> anyhow::Result<String> {
+        hold: bool,
+    ) -> anyhow::Result<(String, Vec<Bytes>)> {
+        let mut held = Vec::new();
         let mut stream = response.bytes_stream();
         let mut pending = Vec::new();
         let mut call = None;
@@ -744,18 +751,18 @@ impl Work {
                 let delta = &chunk["choices"][0]["delta"];
                 if let Some(text) = delta["content"].as_str() {
                     let fragment = json!({"job_id": job_id, "turn": turn, "text": text});
-                    self.env
-                        .bus
-                        .nats
-                        .publish(subject.clone(), Bytes::from(fragment.to_string()))
-                        .await?;
+                    let fragment = Bytes::from(fragment.to_string());
+                    match hold {
+                        true => held.push(fragment),
+                        false => self.env.bus.nats.publish(subject.clone(), fragment).await?,
+                    }
                 }
                 if let Some(name) = delta["tool_calls"][0]["function"]["name"].as_str() {
                     call = Some(name.to_owned());
                 }
             }
         }
-        call.context("a reply without a tool call")
+        Ok((call.context("a reply without a tool call")?, held))
     }
 }
 
