@@ -161,6 +161,19 @@ async fn every_service_serves_metrics_that_move_as_a_job_runs() {
         1.0,
         "worker",
     );
+    // Each of the two turns' results was sent to be committed while the next request ran:
+    // taken into the reply's commit, or committed once the wait was over.
+    let sent = ["taken_back", "after_wait"].map(|o| {
+        value(
+            &worker,
+            "maestro_results_commits_total",
+            &[&format!(r#"outcome="{o}""#)],
+        )
+    });
+    assert!(
+        sent.iter().flatten().sum::<f64>() >= 2.0,
+        "maestro_results_commits_total: {sent:?}\n{worker}"
+    );
     at_least(
         &worker,
         "maestro_iteration_duration_seconds_count",

@@ -70,6 +70,9 @@ pub const HANDOVERS: &str = "maestro_dispatch_handovers_total";
 /// New jobs' first LLM requests sent while the claim was made (`outcome`: used, asked_again,
 /// unused; docs/architecture.md#the-first-llm-call-beside-the-claim).
 pub const EARLY_FIRST_CALLS: &str = "maestro_llm_early_first_calls_total";
+/// Turns' results sent to be committed while the next LLM request runs (`outcome`: at_once,
+/// after_wait, taken_back; docs/architecture.md#commits-on-the-job-path).
+pub const RESULTS_COMMITS: &str = "maestro_results_commits_total";
 
 /// Every metric MAESTRO records, with its help text (dashboards and alerts use only these).
 pub const HELP: &[(&str, &str)] = &[
@@ -94,6 +97,10 @@ pub const HELP: &[(&str, &str)] = &[
     (
         EARLY_FIRST_CALLS,
         "New jobs' first LLM requests sent while the claim was made, by what became of each.",
+    ),
+    (
+        RESULTS_COMMITS,
+        "Turns' results sent to be committed while the next LLM request runs, by how each went.",
     ),
     (LLM_DURATION, "A streaming LLM call, request to last event."),
     (

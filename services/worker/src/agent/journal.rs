@@ -239,16 +239,22 @@ impl Journal {
         }
         let (take_back, taken_back) = oneshot::channel();
         let task = tokio::spawn(async move {
-            if let Some(until) = wait {
-                tokio::select! {
+            let outcome = match wait {
+                None => "at_once",
+                Some(until) => tokio::select! {
                     // Taken back: committed with the next commit instead. (A journal dropped
                     // without taking them back has them committed now.)
-                    taken = taken_back => if taken.is_ok() {
-                        return Sent { events, delivering, written: None };
+                    taken = taken_back => match taken {
+                        Ok(()) => {
+                            results_commit("taken_back");
+                            return Sent { events, delivering, written: None };
+                        }
+                        Err(_) => "after_wait",
                     },
-                    () = tokio::time::sleep_until(until.into()) => {}
-                }
-            }
+                    () = tokio::time::sleep_until(until.into()) => "after_wait",
+                },
+            };
+            results_commit(outcome);
             let written = writer.write(&events, None, &delivering).await;
             Sent {
                 events,
@@ -369,6 +375,11 @@ impl InFlight {
         let _ = self.take_back.send(());
         answer_of(self.task).await
     }
+}
+
+/// Count how a turn's results sent by [`Journal::send`] went.
+fn results_commit(outcome: &'static str) {
+    metrics::counter!(maestro_runtime::metrics::RESULTS_COMMITS, "outcome" => outcome).increment(1);
 }
 
 async fn answer_of(task: tokio::task::JoinHandle<Sent>) -> Result<Sent, JobError> {
