@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use maestro_domain::{Event, EventKind, JobStatus};
+use maestro_domain::{Event, EventKind, JobStatus, TaskId};
 use maestro_testkit::{Service, Stack, StackOptions, TaskExt, of_kind};
 use serde_json::{Value, json};
 
@@ -35,6 +35,20 @@ fn slow_scenario() -> Value {
     }]})
 }
 
+/// Kill `worker-a` and start `worker-b`, which takes the job over once the lease runs out: it
+/// succeeds on its second claim. The task's events.
+async fn replace_the_worker(stack: &mut Stack, task_id: TaskId) -> Vec<Event> {
+    stack.kill("worker-a").await;
+    stack.add(Service::Worker, "worker-b").await;
+    let over = [JobStatus::Succeeded, JobStatus::Failed];
+    let done = stack
+        .wait_within(task_id, &over, Duration::from_secs(40))
+        .await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    assert_eq!(done.job().attempt, 2, "claimed twice: once per worker");
+    stack.events(task_id).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_duplicates() {
     let options = StackOptions::new(slow_scenario())
@@ -48,16 +62,7 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
     // Wait until the second turn is streaming: a text delta after the tool result.
     stack.wait_for_next_turn(task_id).await;
 
-    stack.kill("worker-a").await;
-    stack.add(Service::Worker, "worker-b").await;
-    let over = [JobStatus::Succeeded, JobStatus::Failed];
-    let done = stack
-        .wait_within(task_id, &over, Duration::from_secs(40))
-        .await;
-    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
-    assert_eq!(done.job().attempt, 2, "claimed twice: once per worker");
-
-    let events = stack.events(task_id).await;
+    let events = replace_the_worker(&mut stack, task_id).await;
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(
         seqs,
@@ -265,16 +270,7 @@ async fn a_worker_killed_inside_the_commit_wait_asks_that_turn_again() {
         "the results wait for the reply: {before:#?}"
     );
 
-    stack.kill("worker-a").await;
-    stack.add(Service::Worker, "worker-b").await;
-    let over = [JobStatus::Succeeded, JobStatus::Failed];
-    let done = stack
-        .wait_within(task_id, &over, Duration::from_secs(40))
-        .await;
-    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
-    assert_eq!(done.job().attempt, 2, "claimed twice: once per worker");
-
-    let events = stack.events(task_id).await;
+    let events = replace_the_worker(&mut stack, task_id).await;
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
     let count = |kind| of_kind(&events, kind).count();
