@@ -6,6 +6,7 @@
 //! the machine per job (`/proc`), so nothing else should run meanwhile.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -413,16 +414,32 @@ impl Target {
     /// `n` jobs; a permit bounds the jobs in flight (`whole`) or only their create requests.
     async fn spawn(&self, n: usize, permits: usize, whole: bool) -> anyhow::Result<Vec<Duration>> {
         let permits = Arc::new(Semaphore::new(permits));
+        // Once a job has failed no more are created, so a stack that stopped working ends the
+        // run within one job's timeout instead of one timeout per job still to create.
+        let failed = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::with_capacity(n);
         for i in 0..n {
             let permit = permits.clone().acquire_owned().await?;
-            let target = self.clone();
+            if failed.load(Ordering::SeqCst) {
+                break;
+            }
+            let (target, failed) = (self.clone(), failed.clone());
             handles.push(tokio::spawn(async move {
-                let (sent, done) = target.create(i).await?;
-                let held = whole.then_some(permit);
-                let latency = finish(done).await?.saturating_duration_since(sent);
-                drop(held);
-                Ok::<_, anyhow::Error>(latency)
+                let mut permit = Some(permit);
+                let outcome = async {
+                    let (sent, done) = target.create(i).await?;
+                    if !whole {
+                        permit.take();
+                    }
+                    let end = target.finish(done).await?;
+                    Ok::<_, anyhow::Error>(end.saturating_duration_since(sent))
+                }
+                .await;
+                if outcome.is_err() {
+                    failed.store(true, Ordering::SeqCst);
+                }
+                drop(permit);
+                outcome
             }));
         }
         let mut latencies = Vec::with_capacity(n);
@@ -540,23 +557,42 @@ impl Target {
         };
         Ok((sent, ending))
     }
+
+    /// When the job's `succeeded` event arrived; past 120 s, an error saying where the job
+    /// stands (its status, attempt and error, from the database).
+    async fn finish(&self, ending: Ending) -> anyhow::Result<Instant> {
+        let id = match ending {
+            Ending::Over(at) => return Ok(at),
+            Ending::Waiting(id, rx) => {
+                match tokio::time::timeout(Duration::from_secs(120), rx).await {
+                    Ok(Ok(at)) => return Ok(at),
+                    _ => id,
+                }
+            }
+        };
+        let job: Option<(String, i32, Option<String>)> = sqlx::query_as(
+            "SELECT status, attempt, error FROM jobs WHERE task_id = $1::uuid \
+             ORDER BY job_no DESC LIMIT 1",
+        )
+        .bind(&id)
+        .fetch_optional(&self.pool)
+        .await
+        .unwrap_or_default();
+        let stands = match job {
+            Some((status, attempt, error)) => format!(
+                "its job is {status} (attempt {attempt}{})",
+                error.map(|e| format!(", error: {e}")).unwrap_or_default()
+            ),
+            None => "it has no job".to_owned(),
+        };
+        anyhow::bail!("job of task {id} did not succeed within 120 s: {stands}")
+    }
 }
 
 /// A created job's end: seen already, or to come.
 enum Ending {
     Over(Instant),
     Waiting(String, oneshot::Receiver<Instant>),
-}
-
-/// When the job's `succeeded` event arrived.
-async fn finish(ending: Ending) -> anyhow::Result<Instant> {
-    match ending {
-        Ending::Over(at) => Ok(at),
-        Ending::Waiting(id, rx) => match tokio::time::timeout(Duration::from_secs(120), rx).await {
-            Ok(Ok(at)) => Ok(at),
-            _ => anyhow::bail!("job of task {id} did not succeed within 120 s"),
-        },
-    }
 }
 
 fn ms(d: Duration) -> f64 {
