@@ -570,20 +570,20 @@ impl Target {
                 }
             }
         };
-        let job: Option<(String, i32, Option<String>)> = sqlx::query_as(
+        let job: Result<Option<(String, i32, Option<String>)>, _> = sqlx::query_as(
             "SELECT status, attempt, error FROM jobs WHERE task_id = $1::uuid \
              ORDER BY job_no DESC LIMIT 1",
         )
         .bind(&id)
         .fetch_optional(&self.pool)
-        .await
-        .unwrap_or_default();
+        .await;
         let stands = match job {
-            Some((status, attempt, error)) => format!(
+            Ok(Some((status, attempt, error))) => format!(
                 "its job is {status} (attempt {attempt}{})",
                 error.map(|e| format!(", error: {e}")).unwrap_or_default()
             ),
-            None => "it has no job".to_owned(),
+            Ok(None) => "it has no job".to_owned(),
+            Err(e) => format!("its job's state cannot be read ({e})"),
         };
         anyhow::bail!("job of task {id} did not succeed within 120 s: {stands}")
     }
