@@ -153,11 +153,21 @@ fn streaming_scenario(chunks: usize) -> Value {
     scenario
 }
 
-/// Jobs waiting for their `succeeded` event, and events that came before their waiter.
+/// Jobs waiting for their end (a `job_state` event: succeeded, failed or cancelled), and ends
+/// that came before their waiter.
 #[derive(Default)]
 struct Board {
-    waiting: HashMap<String, oneshot::Sender<Instant>>,
-    finished: HashMap<String, Instant>,
+    waiting: HashMap<String, oneshot::Sender<End>>,
+    finished: HashMap<String, End>,
+}
+
+/// How a job ended, as its `job_state` event said.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// When its `succeeded` event arrived.
+    Succeeded(Instant),
+    /// Failed or cancelled.
+    Unsuccessful,
 }
 
 /// A stack running the reference job, and the jobs waiting for their end.
@@ -348,7 +358,7 @@ impl Target {
         pool: sqlx::PgPool,
     ) -> anyhow::Result<Self> {
         let board: Arc<Mutex<Board>> = Arc::default();
-        listen_for_success(nats, prefix, board.clone()).await?;
+        listen_for_ends(nats, prefix, board.clone()).await?;
         Ok(Self {
             http,
             tasks_url,
@@ -548,7 +558,7 @@ impl Target {
         let id = task["id"].as_str().context("task id")?.to_owned();
         let mut board = self.board.lock().expect("lock");
         let ending = match board.finished.remove(&id) {
-            Some(at) => Ending::Over(at),
+            Some(end) => Ending::Over(id, end),
             None => {
                 let (tx, rx) = oneshot::channel();
                 board.waiting.insert(id.clone(), tx);
@@ -558,17 +568,21 @@ impl Target {
         Ok((sent, ending))
     }
 
-    /// When the job's `succeeded` event arrived; past 120 s, an error saying where the job
-    /// stands (its status, attempt and error, from the database).
+    /// When the job's `succeeded` event arrived; when it failed, or had not succeeded 120 s
+    /// after its create, an error saying where the job stands (its status, attempt and error,
+    /// from the database).
     async fn finish(&self, ending: Ending) -> anyhow::Result<Instant> {
-        let id = match ending {
-            Ending::Over(at) => return Ok(at),
+        let (id, end) = match ending {
+            Ending::Over(id, end) => (id, Some(end)),
             Ending::Waiting(id, rx) => {
-                match tokio::time::timeout(Duration::from_secs(120), rx).await {
-                    Ok(Ok(at)) => return Ok(at),
-                    _ => id,
-                }
+                let end = tokio::time::timeout(Duration::from_secs(120), rx).await;
+                (id, end.ok().and_then(Result::ok))
             }
+        };
+        let what = match end {
+            Some(End::Succeeded(at)) => return Ok(at),
+            Some(End::Unsuccessful) => "ended without success",
+            None => "did not succeed within 120 s",
         };
         let job: Result<Option<(String, i32, Option<String>)>, _> = sqlx::query_as(
             "SELECT status, attempt, error FROM jobs WHERE task_id = $1::uuid \
@@ -585,22 +599,22 @@ impl Target {
             Ok(None) => "it has no job".to_owned(),
             Err(e) => format!("its job's state cannot be read ({e})"),
         };
-        anyhow::bail!("job of task {id} did not succeed within 120 s: {stands}")
+        anyhow::bail!("job of task {id} {what}: {stands}")
     }
 }
 
 /// A created job's end: seen already, or to come.
 enum Ending {
-    Over(Instant),
-    Waiting(String, oneshot::Receiver<Instant>),
+    Over(String, End),
+    Waiting(String, oneshot::Receiver<End>),
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Resolve waiters when their task's `succeeded` event is published.
-async fn listen_for_success(
+/// Resolve waiters when their task's job ends (its `succeeded`, `failed` or `cancelled` event).
+async fn listen_for_ends(
     nats: &async_nats::Client,
     prefix: &str,
     board: Arc<Mutex<Board>>,
@@ -617,17 +631,19 @@ async fn listen_for_success(
             let Ok(event) = serde_json::from_slice::<Value>(&message.payload) else {
                 continue;
             };
-            if event["payload"]["status"] != "succeeded" {
-                continue;
-            }
+            let end = match event["payload"]["status"].as_str() {
+                Some("succeeded") => End::Succeeded(now),
+                Some("failed" | "cancelled") => End::Unsuccessful,
+                _ => continue,
+            };
             let task = event["task_id"].as_str().unwrap_or_default().to_owned();
             let mut board = board.lock().expect("lock");
             match board.waiting.remove(&task) {
                 Some(tx) => {
-                    let _ = tx.send(now);
+                    let _ = tx.send(end);
                 }
                 None => {
-                    board.finished.insert(task, now);
+                    board.finished.insert(task, end);
                 }
             }
         }
