@@ -104,6 +104,20 @@ impl LlmClient {
     /// [`LlmClient::stream_chat`] with the request's bytes made already
     /// ([`LlmClient::body`]).
     pub async fn stream_body(&self, body: bytes::Bytes) -> Result<ChatStream, LlmError> {
+        let response = self.send(body).await?;
+        Ok(ChatStream::new(response, self.config.idle_timeout))
+    }
+
+    /// [`LlmClient::stream_body`], with the answer read off the connection as it comes, ahead
+    /// of its reader ([`ChatStream::read_ahead`]): for a request sent before its answer can be
+    /// read, as a job's first is while the job is claimed.
+    pub async fn stream_body_read_ahead(&self, body: bytes::Bytes) -> Result<ChatStream, LlmError> {
+        let response = self.send(body).await?;
+        Ok(ChatStream::read_ahead(response, self.config.idle_timeout))
+    }
+
+    /// Send a chat request; the response once its status is a success.
+    async fn send(&self, body: bytes::Bytes) -> Result<reqwest::Response, LlmError> {
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
@@ -137,7 +151,7 @@ impl LlmClient {
                 retry_after,
             });
         }
-        Ok(ChatStream::new(response, self.config.idle_timeout))
+        Ok(response)
     }
 }
 

@@ -44,6 +44,9 @@ type Events = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<BodyError
 /// a few KiB).
 pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
+/// How many chunks of a body [`ChatStream::read_ahead`] reads before its reader takes them.
+pub const READ_AHEAD_CHUNKS: usize = 256;
+
 /// Why the body's bytes stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
@@ -76,6 +79,35 @@ impl std::fmt::Debug for ChatStream {
 impl ChatStream {
     pub(crate) fn new(response: reqwest::Response, idle_timeout: Duration) -> Self {
         Self::of(Box::pin(response.bytes_stream()), idle_timeout)
+    }
+
+    /// [`ChatStream::new`], with the body read off the connection on a task of its own as it
+    /// comes, up to [`READ_AHEAD_CHUNKS`] chunks ahead of the reader: what arrives before the
+    /// reader asks for it is waiting when it does, with no hop to the connection's task per
+    /// chunk then. The task ends with the body, or when the stream is dropped.
+    pub(crate) fn read_ahead(response: reqwest::Response, idle_timeout: Duration) -> Self {
+        Self::read_ahead_of(Box::pin(response.bytes_stream()), idle_timeout)
+    }
+
+    fn read_ahead_of(mut body: ByteStream, idle_timeout: Duration) -> Self {
+        let (sender, receiver) = tokio::sync::mpsc::channel(READ_AHEAD_CHUNKS);
+        tokio::spawn(async move {
+            loop {
+                let chunk = tokio::select! {
+                    chunk = body.next() => chunk,
+                    () = sender.closed() => return,
+                };
+                let Some(chunk) = chunk else { return };
+                if sender.send(chunk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let chunks = futures::stream::unfold(receiver, |mut receiver| async move {
+            let chunk = receiver.recv().await?;
+            Some((chunk, receiver))
+        });
+        Self::of(Box::pin(chunks), idle_timeout)
     }
 
     /// A stream over bytes already in hand, chunk by chunk as a server would have sent them:
@@ -435,6 +467,76 @@ mod tests {
             other => panic!("refused: {other:?}"),
         }
         assert!(stream.next().await.is_none(), "and the stream is over");
+    }
+
+    /// A body of `chunks` that then stays open, counting the chunks taken from it and saying
+    /// when it is dropped.
+    fn open_body(
+        chunks: Vec<Bytes>,
+        taken: Arc<AtomicUsize>,
+        dropped: tokio::sync::oneshot::Sender<()>,
+    ) -> ByteStream {
+        struct Guard(Option<tokio::sync::oneshot::Sender<()>>);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                if let Some(dropped) = self.0.take() {
+                    let _ = dropped.send(());
+                }
+            }
+        }
+        let guard = Guard(Some(dropped));
+        let counted = futures::stream::iter(chunks).map(move |chunk| {
+            let _ = &guard;
+            taken.fetch_add(1, Ordering::Relaxed);
+            Ok(chunk)
+        });
+        Box::pin(counted.chain(futures::stream::pending()))
+    }
+
+    #[tokio::test]
+    async fn a_body_read_ahead_is_taken_off_before_its_reader_asks_and_reads_the_same() {
+        let wire = [
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\n",
+            "data: [DONE]\n\n",
+        ];
+        let chunks: Vec<Bytes> = wire
+            .iter()
+            .map(|c| Bytes::from_static(c.as_bytes()))
+            .collect();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let (dropped, _) = tokio::sync::oneshot::channel();
+        let body = open_body(chunks, taken.clone(), dropped);
+        let mut stream = ChatStream::read_ahead_of(body, Duration::from_secs(5));
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while taken.load(Ordering::Relaxed) < wire.len() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("every chunk taken off the body before the reader asked for one");
+        let mut text = String::new();
+        while let Some(event) = stream.next().await {
+            if let StreamEvent::Text(more) = event.expect("an event") {
+                text.push_str(&more);
+            }
+        }
+        assert_eq!(text, "Hello");
+    }
+
+    #[tokio::test]
+    async fn a_stream_read_ahead_lets_its_body_go_when_dropped() {
+        let taken = Arc::new(AtomicUsize::new(0));
+        let (dropped, body_dropped) = tokio::sync::oneshot::channel();
+        let chunk = Bytes::from_static(b"data: {\"choices\":[]}\n\n");
+        let body = open_body(vec![chunk], taken, dropped);
+        let stream = ChatStream::read_ahead_of(body, Duration::from_secs(5));
+        // The body stays open: only the stream's drop can end its reading.
+        drop(stream);
+        tokio::time::timeout(Duration::from_secs(5), body_dropped)
+            .await
+            .expect("the body is dropped (its connection closed) once the stream is")
+            .expect("dropped, not leaked");
     }
 
     #[tokio::test]

@@ -130,6 +130,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                      (the first reply, the tool call, the turn's events and the second request)"
                 );
             }
+            if let Some((before, after)) =
+                around_llm(target.pool(), &requests, figures.from).await?
+            {
+                println!(
+                    "             claim's start → first request p50 {before:.2} ms; \
+                     second request → the end's commit start p50 {after:.2} ms"
+                );
+            }
             rows.push((name.to_owned(), figures));
         }
     }
@@ -185,6 +193,56 @@ fn first_to_second(requests: &[Value], from_us: i64) -> Option<f64> {
     }
     gaps.sort_by(f64::total_cmp);
     Some(gaps[gaps.len() / 2])
+}
+
+/// At concurrency 1, the p50s (ms) from each job's claim (its `running` event's transaction
+/// start) to its first chat request reaching the scripted LLM, and from its second request to
+/// the start of the transaction that ends it; `None` when no job could be paired with its two
+/// requests (jobs overlapped).
+async fn around_llm(
+    pool: &sqlx::PgPool,
+    requests: &[Value],
+    from: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<Option<(f64, f64)>> {
+    let jobs: Vec<(i64, i64)> = sqlx::query_as(
+        r#"
+        SELECT (extract(epoch FROM min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running')) * 1e6)::int8,
+               (extract(epoch FROM max(e.created_at) FILTER (WHERE e.payload->>'status' = 'succeeded')) * 1e6)::int8
+          FROM events e JOIN tasks k ON k.id = e.task_id AND k.created_at >= $1
+         GROUP BY e.task_id
+        HAVING count(*) FILTER (WHERE e.payload->>'status' IN ('running', 'succeeded')) = 2
+         ORDER BY 1
+        "#,
+    )
+    .bind(from)
+    .fetch_all(pool)
+    .await?;
+    let mut arrivals: Vec<(i64, i64)> = requests
+        .iter()
+        .filter_map(|r| Some((r["received_at_us"].as_i64()?, r["turn"].as_i64()?)))
+        .collect();
+    arrivals.sort_unstable();
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    let mut previous_end = i64::MIN;
+    for (claimed, ended) in jobs {
+        let within: Vec<&(i64, i64)> = arrivals
+            .iter()
+            .filter(|(at, _)| *at > previous_end && *at <= ended)
+            .collect();
+        previous_end = ended;
+        if let [(first, 0), (second, 1)] = within.as_slice() {
+            before.push((first - claimed) as f64 / 1000.0);
+            after.push((ended - second) as f64 / 1000.0);
+        }
+    }
+    if before.is_empty() {
+        return Ok(None);
+    }
+    let p50 = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(Some((p50(before), p50(after))))
 }
 
 /// The floor's stack: a testkit stack (its own database, nats-server and scripted LLM) with

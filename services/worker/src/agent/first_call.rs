@@ -9,7 +9,10 @@
 //! request, asked a millisecond sooner. Otherwise — the claim went elsewhere, a comment joined
 //! the instruction while the job was queued, the prompt guard rewrote the request — the early
 //! call is dropped with its connection and the job asks again. Nothing of the early answer is
-//! read, shown or kept before the claim: its deltas are published as the claimed job reads it.
+//! shown or kept before the claim: its bytes are taken off the connection as they come
+//! ([`LlmClient::stream_body_read_ahead`]), so the claimed job finds what came during the claim
+//! waiting for it, but they are parsed, and its deltas published, only as the claimed job reads
+//! them; an answer no job takes is dropped with what was read of it.
 //! A call is never made for a job this worker could not claim for its model, for a routed
 //! piece (the router asks first), when an MCP server may need the owner's login, or when the
 //! prompt guard would not send the request as it is.
@@ -173,7 +176,7 @@ async fn request(
         tools: Some(&offered.tools.json),
         messages: &messages,
     });
-    let answer = shared.llm.stream_body(body.clone()).await;
+    let answer = shared.llm.stream_body_read_ahead(body.clone()).await;
     Some((body, answer))
 }
 
