@@ -45,7 +45,7 @@ type Events = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<BodyError
 pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
 /// How many chunks of a body [`ChatStream::read_ahead`] reads before its reader takes them.
-pub const READ_AHEAD_CHUNKS: usize = 256;
+pub const READ_AHEAD_CHUNKS: usize = 64;
 
 /// Why the body's bytes stopped.
 #[derive(Debug, thiserror::Error)]

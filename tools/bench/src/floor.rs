@@ -130,9 +130,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                      (the first reply, the tool call, the turn's events and the second request)"
                 );
             }
-            if let Some((before, after)) =
-                around_llm(target.pool(), &requests, figures.from).await?
-            {
+            let split = match args.concurrency {
+                1 => around_llm(target.pool(), &requests, figures.from).await?,
+                _ => None,
+            };
+            if let Some((before, after)) = split {
                 println!(
                     "             claim's start → first request p50 {before:.2} ms; \
                      second request → the end's commit start p50 {after:.2} ms"
@@ -195,10 +197,10 @@ fn first_to_second(requests: &[Value], from_us: i64) -> Option<f64> {
     Some(gaps[gaps.len() / 2])
 }
 
-/// At concurrency 1, the p50s (ms) from each job's claim (its `running` event's transaction
-/// start) to its first chat request reaching the scripted LLM, and from its second request to
-/// the start of the transaction that ends it; `None` when no job could be paired with its two
-/// requests (jobs overlapped).
+/// The p50s (ms) from each job's claim (its `running` event's transaction start) to its first
+/// chat request reaching the scripted LLM, and from its second request to the start of the
+/// transaction that ends it, for jobs run one at a time (each job's requests are the ones
+/// between the end of the job before and its own); `None` when no job had exactly its two.
 async fn around_llm(
     pool: &sqlx::PgPool,
     requests: &[Value],
