@@ -124,20 +124,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 true => maestro.llm_requests().await?,
                 false => floor.stack.llm.requests().await?,
             };
-            if let Some(gap) = first_to_second(&requests, figures.from.timestamp_micros()) {
+            // Each job's two LLM requests are known only when jobs run one at a time.
+            if args.concurrency == 1
+                && let Some(split) = around_llm(target.pool(), &requests, figures.from).await?
+            {
                 println!(
-                    "LLM:         first request → second request p50 {gap:.2} ms \
-                     (the first reply, the tool call, the turn's events and the second request)"
+                    "LLM:         first request → second request p50 {:.2} ms \
+                     (the first reply, the tool call, the turn's events and the second request)",
+                    split.first_to_second
                 );
-            }
-            let split = match args.concurrency {
-                1 => around_llm(target.pool(), &requests, figures.from).await?,
-                _ => None,
-            };
-            if let Some((before, after)) = split {
                 println!(
-                    "             claim's start → first request p50 {before:.2} ms; \
-                     second request → the end's commit start p50 {after:.2} ms"
+                    "             claim's start → first request p50 {:.2} ms; \
+                     second request → the end's commit start p50 {:.2} ms",
+                    split.claim_to_first, split.second_to_end
                 );
             }
             rows.push((name.to_owned(), figures));
@@ -172,40 +171,25 @@ fn recorded_bodies(requests: &[Value]) -> anyhow::Result<[Bytes; 2]> {
     Ok([last_of_turn(0)?, last_of_turn(1)?])
 }
 
-/// The p50 (ms) from a conversation's first chat request to its second, over the requests
-/// received since `from_us` (Unix µs), pairing each second request with the latest first one
-/// (exact when one job runs at a time, as at concurrency 1; `None` otherwise).
-fn first_to_second(requests: &[Value], from_us: i64) -> Option<f64> {
-    let mut first = None;
-    let mut gaps = Vec::new();
-    let mut overlapping = false;
-    for request in requests {
-        let at = request["received_at_us"].as_i64()?;
-        if at < from_us {
-            continue;
-        }
-        match request["turn"].as_i64()? {
-            0 => overlapping |= first.replace(at).is_some(),
-            1 => gaps.extend(first.take().map(|t| (at - t) as f64 / 1000.0)),
-            _ => {}
-        }
-    }
-    if overlapping || gaps.is_empty() {
-        return None;
-    }
-    gaps.sort_by(f64::total_cmp);
-    Some(gaps[gaps.len() / 2])
+/// The p50s (ms) of a job's stretches around its two LLM calls, at concurrency 1.
+struct LlmSplit {
+    /// From the claim (its `running` event's transaction start) to the first chat request
+    /// reaching the scripted LLM.
+    claim_to_first: f64,
+    /// From the first request to the second (the first reply, the tool call, the turn's events).
+    first_to_second: f64,
+    /// From the second request to the start of the transaction that ends the job.
+    second_to_end: f64,
 }
 
-/// The p50s (ms) from each job's claim (its `running` event's transaction start) to its first
-/// chat request reaching the scripted LLM, and from its second request to the start of the
-/// transaction that ends it, for jobs run one at a time (each job's requests are the ones
-/// between the end of the job before and its own); `None` when no job had exactly its two.
+/// [`LlmSplit`] over the jobs of tasks created since `from`, run one at a time: a job's
+/// requests are the ones that came after the end of the job before (the first job: after
+/// `from`) and by its own end; `None` when no job had exactly its two.
 async fn around_llm(
     pool: &sqlx::PgPool,
     requests: &[Value],
     from: chrono::DateTime<chrono::Utc>,
-) -> anyhow::Result<Option<(f64, f64)>> {
+) -> anyhow::Result<Option<LlmSplit>> {
     let jobs: Vec<(i64, i64)> = sqlx::query_as(
         r#"
         SELECT (extract(epoch FROM min(e.created_at) FILTER (WHERE e.payload->>'status' = 'running')) * 1e6)::int8,
@@ -224,27 +208,31 @@ async fn around_llm(
         .filter_map(|r| Some((r["received_at_us"].as_i64()?, r["turn"].as_i64()?)))
         .collect();
     arrivals.sort_unstable();
-    let (mut before, mut after) = (Vec::new(), Vec::new());
-    let mut previous_end = i64::MIN;
+    let ms = |us: i64| us as f64 / 1000.0;
+    let (mut claim_to_first, mut first_to_second, mut second_to_end) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let mut next = arrivals.partition_point(|(at, _)| *at < from.timestamp_micros());
     for (claimed, ended) in jobs {
-        let within: Vec<&(i64, i64)> = arrivals
-            .iter()
-            .filter(|(at, _)| *at > previous_end && *at <= ended)
-            .collect();
-        previous_end = ended;
-        if let [(first, 0), (second, 1)] = within.as_slice() {
-            before.push((first - claimed) as f64 / 1000.0);
-            after.push((ended - second) as f64 / 1000.0);
+        let taken = arrivals[next..].partition_point(|(at, _)| *at <= ended);
+        if let [(first, 0), (second, 1)] = arrivals[next..next + taken] {
+            claim_to_first.push(ms(first - claimed));
+            first_to_second.push(ms(second - first));
+            second_to_end.push(ms(ended - second));
         }
+        next += taken;
     }
-    if before.is_empty() {
+    if claim_to_first.is_empty() {
         return Ok(None);
     }
     let p50 = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    Ok(Some((p50(before), p50(after))))
+    Ok(Some(LlmSplit {
+        claim_to_first: p50(claim_to_first),
+        first_to_second: p50(first_to_second),
+        second_to_end: p50(second_to_end),
+    }))
 }
 
 /// The floor's stack: a testkit stack (its own database, nats-server and scripted LLM) with
