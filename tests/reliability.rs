@@ -556,6 +556,128 @@ async fn claims_made_together_take_each_job_once_with_its_own_event() {
     );
 }
 
+/// The worker's claimer: a claim made alone runs at once, on its own; the claims made while it
+/// runs wait, and go together in the next statement; each gets its own answer; and a claim whose
+/// caller gives up mid-statement leaves the claimer working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claimer_runs_a_lone_claim_at_once_and_the_ones_behind_it_together() {
+    use maestro_worker::claimer::{ClaimSettings, Claimer};
+
+    let db = maestro_testkit::TestDb::create().await.expect("db");
+    let pool = &db.pool;
+    let claimer = Claimer::new(
+        pool.clone(),
+        ClaimSettings {
+            worker_id: "w1".to_owned(),
+            lease: Duration::from_secs(60),
+            most: 8,
+            models: Vec::new(),
+        },
+    );
+    let mut jobs = Vec::new();
+    for n in 0..8 {
+        jobs.push(
+            db.queued_task("alice", &format!("job {n}"))
+                .await
+                .expect("task"),
+        );
+    }
+    // The first claim's statement waits on its task's row, held by another transaction.
+    let mut holder = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE")
+        .bind(jobs[0].0.0)
+        .execute(&mut *holder)
+        .await
+        .expect("lock");
+    let first = tokio::spawn({
+        let claimer = claimer.clone();
+        let job_id = jobs[0].1;
+        async move { claimer.claim(job_id).await }
+    });
+    // It is running (waiting for the lock) once Postgres shows its statement waiting.
+    let waiting = "SELECT count(*) FROM pg_stat_activity
+                    WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sqlx::query_scalar::<_, i64>(waiting)
+        .fetch_one(pool)
+        .await
+        .expect("activity")
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first claim never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let behind: Vec<_> = jobs[1..5]
+        .iter()
+        .map(|(_, job_id)| {
+            let (claimer, job_id) = (claimer.clone(), *job_id);
+            tokio::spawn(async move { (job_id, claimer.claim(job_id).await) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        behind.iter().all(|claim| !claim.is_finished()),
+        "claims behind a running one wait for it"
+    );
+    holder.commit().await.expect("release");
+    let claimed = first.await.expect("join").expect("claim").expect("claimed");
+    assert_eq!(claimed.job_id, jobs[0].1);
+    for claim in behind {
+        let (job_id, answer) = claim.await.expect("join");
+        let claimed = answer.expect("claim").expect("claimed");
+        assert_eq!(claimed.job_id, job_id, "each claim gets its own answer");
+    }
+    let statements: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT xmin::text) FROM events
+          WHERE kind = 'job_state' AND payload->>'status' = 'running'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("statements");
+    assert_eq!(
+        statements, 2,
+        "the first alone, the four behind it together"
+    );
+    assert!(
+        claimer.claim(jobs[0].1).await.expect("claim").is_none(),
+        "a held job is not taken again"
+    );
+
+    // A caller that gives up while its claim's statement waits: the claims behind it still go,
+    // and so do later ones.
+    let mut holder = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE")
+        .bind(jobs[5].0.0)
+        .execute(&mut *holder)
+        .await
+        .expect("lock");
+    let given_up = tokio::time::timeout(Duration::from_millis(200), claimer.claim(jobs[5].1));
+    let behind = tokio::spawn({
+        let (claimer, job_id) = (claimer.clone(), jobs[6].1);
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            claimer.claim(job_id).await
+        }
+    });
+    assert!(given_up.await.is_err(), "the lock holds the claim");
+    let claimed = tokio::time::timeout(Duration::from_secs(10), behind)
+        .await
+        .expect("the claim behind the dropped one is made")
+        .expect("join")
+        .expect("claim")
+        .expect("claimed");
+    assert_eq!(claimed.job_id, jobs[6].1);
+    holder.commit().await.expect("release");
+    let later = tokio::time::timeout(Duration::from_secs(10), claimer.claim(jobs[7].1))
+        .await
+        .expect("a later claim is made")
+        .expect("claim");
+    assert_eq!(later.map(|c| c.job_id), Some(jobs[7].1));
+}
+
 /// How many dispatches `instance` took by path `via` (`hint`, `jetstream`).
 async fn dispatches(stack: &Stack, instance: &str, via: &str) -> u64 {
     counter(

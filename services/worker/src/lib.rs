@@ -68,7 +68,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let catalog = Arc::new(settings.catalog.clone());
     let signals = signals::Signals::default();
     tokio::spawn(signals.clone().listen(bus.clone(), shutdown.clone()));
-    let claimer = claimer::Claimer::start(
+    let claimer = claimer::Claimer::new(
         pool.clone(),
         claimer::ClaimSettings {
             worker_id: settings.worker_id.clone(),
