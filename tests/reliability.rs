@@ -583,12 +583,7 @@ async fn the_claimer_runs_a_lone_claim_at_once_and_the_ones_behind_it_together()
         );
     }
     // The first claim's statement waits on its task's row, held by another transaction.
-    let mut holder = pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE")
-        .bind(jobs[0].0.0)
-        .execute(&mut *holder)
-        .await
-        .expect("lock");
+    let holder = lock_task(pool, jobs[0].0).await;
     let first = tokio::spawn({
         let claimer = claimer.clone();
         let job_id = jobs[0].1;
@@ -626,7 +621,10 @@ async fn the_claimer_runs_a_lone_claim_at_once_and_the_ones_behind_it_together()
     let claimed = first.await.expect("join").expect("claim").expect("claimed");
     assert_eq!(claimed.job_id, jobs[0].1);
     for claim in behind {
-        let (job_id, answer) = claim.await.expect("join");
+        let (job_id, answer) = tokio::time::timeout(Duration::from_secs(10), claim)
+            .await
+            .expect("the claims behind the first are made once it is answered")
+            .expect("join");
         let claimed = answer.expect("claim").expect("claimed");
         assert_eq!(claimed.job_id, job_id, "each claim gets its own answer");
     }
@@ -648,12 +646,7 @@ async fn the_claimer_runs_a_lone_claim_at_once_and_the_ones_behind_it_together()
 
     // A caller that gives up while its claim's statement waits: the claims behind it still go,
     // and so do later ones.
-    let mut holder = pool.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE")
-        .bind(jobs[5].0.0)
-        .execute(&mut *holder)
-        .await
-        .expect("lock");
+    let holder = lock_task(pool, jobs[5].0).await;
     let given_up = tokio::time::timeout(Duration::from_millis(200), claimer.claim(jobs[5].1));
     let behind = tokio::spawn({
         let (claimer, job_id) = (claimer.clone(), jobs[6].1);
@@ -676,6 +669,20 @@ async fn the_claimer_runs_a_lone_claim_at_once_and_the_ones_behind_it_together()
         .expect("a later claim is made")
         .expect("claim");
     assert_eq!(later.map(|c| c.job_id), Some(jobs[7].1));
+}
+
+/// A transaction holding task `task_id`'s row: a claim of its job waits until it ends.
+async fn lock_task(
+    pool: &sqlx::PgPool,
+    task_id: maestro_domain::TaskId,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE")
+        .bind(task_id.0)
+        .execute(&mut *holder)
+        .await
+        .expect("lock");
+    holder
 }
 
 /// How many dispatches `instance` took by path `via` (`hint`, `jetstream`).
