@@ -223,12 +223,7 @@ impl JobHandler {
         shutdown: CancellationToken,
     ) {
         use futures::StreamExt as _;
-        loop {
-            let handover = tokio::select! {
-                handover = handovers.next() => handover,
-                () = shutdown.cancelled() => return,
-            };
-            let Some(handover) = handover else { return };
+        while let Some(Some(handover)) = shutdown.run_until_cancelled(handovers.next()).await {
             let answer_to = handover.reply.clone();
             let taken = self.take_handed(handover);
             if let Some(answer_to) = answer_to {
@@ -308,12 +303,7 @@ impl JobHandler {
         shutdown: CancellationToken,
     ) {
         use futures::StreamExt as _;
-        loop {
-            let hint = tokio::select! {
-                hint = hints.next() => hint,
-                () = shutdown.cancelled() => return,
-            };
-            let Some(hint) = hint else { return };
+        while let Some(Some(hint)) = shutdown.run_until_cancelled(hints.next()).await {
             if self.deps.release.is_cancelled() {
                 continue;
             }

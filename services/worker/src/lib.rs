@@ -283,12 +283,7 @@ async fn forget_changed_listings(
             return;
         }
     };
-    loop {
-        let change = tokio::select! {
-            change = changes.next() => change,
-            () = shutdown.cancelled() => return,
-        };
-        let Some(change) = change else { return };
+    while let Some(Some(change)) = shutdown.run_until_cancelled(changes.next()).await {
         let server = String::from_utf8_lossy(&change.payload).into_owned();
         tracing::info!(%server, "an MCP server's tools changed; listing it again next job");
         agent::forget_listing(&listings, &server).await;
