@@ -26,7 +26,7 @@ impl Server {
         // has none (and a worker may ask, while claiming a new job, for a subtask's own
         // workspace, which the subtask then does not use).
         if request.tool == maestro_domain::tools::WORKSPACE_CONTEXT
-            && !Workspace::exists(&self.settings.workspaces_dir, request.task_id)
+            && !self.workspaces.exists(request.task_id)
         {
             return ToolExecReply {
                 ok: true,
@@ -35,8 +35,12 @@ impl Server {
             };
         }
         let owner = self.toolbox.sandbox.run_as;
-        let workspace = match Workspace::open(&self.settings.workspaces_dir, request.task_id, owner)
-        {
+        let workspace = if request.mcp.is_none() && crate::tools::reads_only(&request.tool) {
+            self.workspaces.open_to_read(request.task_id, owner)
+        } else {
+            self.workspaces.open(request.task_id, owner)
+        };
+        let workspace = match workspace {
             Ok(workspace) => workspace,
             Err(e) => return refused(format!("cannot open the task workspace: {e}")),
         };

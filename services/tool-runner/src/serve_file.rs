@@ -9,24 +9,23 @@ use maestro_domain::tools::{FILE_ERROR_HEADER, FileError, FileReadRequest};
 
 use crate::sandbox::{self, Sandbox};
 use crate::tools::files::read_regular;
-use crate::workspace::Workspace;
+use crate::workspace::Workspaces;
 
 /// The reply to a read: the file's bytes, or why not.
 pub type Read = Result<Bytes, (FileError, String)>;
 
 /// Read the file a request names.
-pub async fn read(workspaces: &std::path::Path, sandbox: &Sandbox, payload: &[u8]) -> Read {
+pub async fn read(workspaces: &Workspaces, sandbox: &Sandbox, payload: &[u8]) -> Read {
     let request: FileReadRequest = serde_json::from_slice(payload)
         .map_err(|e| (FileError::Refused, format!("malformed request: {e}")))?;
     if let Some(reason) = &sandbox.files_unavailable {
         let reason = format!("the sandbox is unavailable on this host: {reason}");
         return Err((FileError::Unavailable, reason));
     }
-    let dir = workspaces.join(request.workspace_id.to_string());
-    if !dir.is_dir() {
+    if !workspaces.exists(request.workspace_id) {
         return Err((FileError::NotFound, "the task has no workspace".to_owned()));
     }
-    let workspace = Workspace::open(workspaces, request.workspace_id, None).map_err(|e| {
+    let workspace = workspaces.open(request.workspace_id, None).map_err(|e| {
         (
             FileError::Unavailable,
             format!("cannot open the workspace: {e}"),

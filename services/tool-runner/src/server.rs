@@ -24,6 +24,7 @@ use crate::config::Settings;
 use crate::mcp::{McpError, McpSessions, OnToolsChanged};
 use crate::sandbox::{Network, Sandbox};
 use crate::tools::Toolbox;
+use crate::workspace::Workspaces;
 
 /// The queue group all tool-runner instances join.
 pub const QUEUE_GROUP: &str = "tool-runners";
@@ -39,6 +40,8 @@ pub(crate) struct Server {
     pub toolbox: Arc<Toolbox>,
     pub running: Running,
     pub outcomes: OperationOutcomes,
+    /// `WORKSPACES_DIR`, by its canonical path.
+    pub workspaces: Workspaces,
 }
 
 /// The subjects an instance listens on.
@@ -81,9 +84,9 @@ impl Subscriptions {
 /// Serve tool calls until `shutdown` is cancelled.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
     let subjects = Subjects::new(&settings.subject_prefix).context("SUBJECT_PREFIX")?;
-    std::fs::create_dir_all(&settings.workspaces_dir).with_context(|| {
+    let workspaces = Workspaces::create(&settings.workspaces_dir).with_context(|| {
         format!(
-            "create WORKSPACES_DIR {}",
+            "create WORKSPACES_DIR {} (or resolve its path)",
             settings.workspaces_dir.display()
         )
     })?;
@@ -114,6 +117,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         toolbox: Arc::new(Toolbox { sandbox, mcp }),
         running: Arc::default(),
         outcomes,
+        workspaces,
     };
     server.serve(subscriptions, shutdown).await;
     Ok(())
@@ -205,12 +209,8 @@ impl Server {
     /// `<prefix>.tools.files.read`: read one workspace file and reply with its bytes.
     async fn serve_file(self, read: Message) {
         let Some(to) = read.reply else { return };
-        let outcome = crate::serve_file::read(
-            &self.settings.workspaces_dir,
-            &self.toolbox.sandbox,
-            &read.payload,
-        )
-        .await;
+        let outcome =
+            crate::serve_file::read(&self.workspaces, &self.toolbox.sandbox, &read.payload).await;
         let (headers, body) = crate::serve_file::reply(outcome);
         if let Err(e) = self.client.publish_with_headers(to, headers, body).await {
             tracing::warn!(error = %e, "cannot send a file");

@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 use maestro_domain::TaskId;
 use maestro_tool_runner::sandbox::{self, Limits, Sandbox};
 use maestro_tool_runner::tools::{self, Call, Toolbox};
-use maestro_tool_runner::workspace::Workspace;
+use maestro_tool_runner::workspace::{Workspace, Workspaces};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 struct Harness {
     toolbox: Toolbox,
+    workspaces: Workspaces,
     workspace: Workspace,
     _dir: tempfile::TempDir,
 }
@@ -47,13 +48,17 @@ async fn harness() -> Harness {
         "bubblewrap works here (install the bubblewrap package)"
     );
     assert_eq!(sandbox.files_unavailable, None, "Landlock works here");
-    let workspace = Workspace::open(dir.path(), TaskId::new(), sandbox.run_as).expect("workspace");
+    let workspaces = Workspaces::create(dir.path()).expect("workspaces");
+    let workspace = workspaces
+        .open(TaskId::new(), sandbox.run_as)
+        .expect("workspace");
     let toolbox = Toolbox {
         sandbox,
         mcp: Default::default(),
     };
     Harness {
         toolbox,
+        workspaces,
         workspace,
         _dir: dir,
     }
@@ -79,10 +84,30 @@ impl Harness {
         allowed_hosts: &[&str],
         timeout: Duration,
     ) -> Result<String, String> {
+        self.call_in(
+            &self.workspace,
+            tool,
+            arguments,
+            network,
+            allowed_hosts,
+            timeout,
+        )
+        .await
+    }
+
+    async fn call_in(
+        &self,
+        workspace: &Workspace,
+        tool: &str,
+        arguments: Value,
+        network: bool,
+        allowed_hosts: &[&str],
+        timeout: Duration,
+    ) -> Result<String, String> {
         let call = Call {
             tool: tool.to_owned(),
             arguments,
-            workspace: self.workspace.clone(),
+            workspace: workspace.clone(),
             limits: tools::Limits {
                 max_read_bytes: 64 * 1024,
                 max_output_bytes: 64 * 1024,
@@ -181,6 +206,65 @@ async fn secrets_and_files_outside_the_workspace_cannot_be_read() {
         read.is_err(),
         "Landlock refuses a read outside the workspace"
     );
+}
+
+#[tokio::test]
+async fn the_stand_in_for_a_workspace_not_made_yet_reads_as_empty_and_takes_no_writes() {
+    let h = harness().await;
+    let run_as = h.toolbox.sandbox.run_as;
+    let stand_in = h
+        .workspaces
+        .open_to_read(TaskId::new(), run_as)
+        .expect("the stand-in");
+    assert!(stand_in.is_stand_in());
+    let empty = h
+        .workspaces
+        .open(TaskId::new(), run_as)
+        .expect("a workspace");
+    let five_s = Duration::from_secs(5);
+    for (tool, arguments) in [
+        ("list_files", json!({})),
+        ("glob", json!({"pattern": "**/*"})),
+        ("grep", json!({"pattern": "x"})),
+        ("read_file", json!({"path": "a.txt"})),
+    ] {
+        let read = h
+            .call_in(&stand_in, tool, arguments.clone(), false, &[], five_s)
+            .await;
+        let made = h.call_in(&empty, tool, arguments, false, &[], five_s).await;
+        assert_eq!(
+            read, made,
+            "{tool} reads the stand-in as an empty workspace"
+        );
+    }
+    // A writing call that reached it by mistake is refused by the kernel (the tool-runner runs
+    // as root here, which the directory's mode alone would not stop).
+    let written = h
+        .call_in(
+            &stand_in,
+            "write_file",
+            json!({"path": "x.txt", "content": "x"}),
+            false,
+            &[],
+            five_s,
+        )
+        .await;
+    assert!(
+        written
+            .as_ref()
+            .is_err_and(|e| e.contains("permission denied")),
+        "{written:?}"
+    );
+    let target = stand_in.root().join("direct.txt");
+    let direct = sandbox::confined_to_read(stand_in.root(), move || std::fs::write(&target, "x"))
+        .await
+        .expect("confined thread");
+    assert!(
+        direct.is_err(),
+        "Landlock refuses a write under a read-only root"
+    );
+    let left = std::fs::read_dir(stand_in.root()).expect("list").count();
+    assert_eq!(left, 0, "the stand-in stays empty");
 }
 
 #[tokio::test]

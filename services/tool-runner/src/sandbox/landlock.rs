@@ -24,12 +24,29 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    confine(root, true, work).await
+}
+
+/// Run `work` able to read beneath `root` and nothing else: no writes anywhere.
+pub async fn confined_to_read<T, F>(root: &Path, work: F) -> Result<T, ConfineError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    confine(root, false, work).await
+}
+
+async fn confine<T, F>(root: &Path, writable: bool, work: F) -> Result<T, ConfineError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
     let root: PathBuf = root.to_path_buf();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("confined-tool".to_owned())
         .spawn(move || {
-            let outcome = restrict(&root).map(|()| work());
+            let outcome = restrict(&root, writable).map(|()| work());
             let _ = tx.send(outcome);
         })
         .map_err(|e| ConfineError::Setup(e.to_string()))?;
@@ -37,13 +54,18 @@ where
         .map_err(|_| ConfineError::Setup("the tool thread panicked".to_owned()))?
 }
 
-fn restrict(root: &Path) -> Result<(), ConfineError> {
+fn restrict(root: &Path, writable: bool) -> Result<(), ConfineError> {
     let abi = ABI::V1;
-    let access = AccessFs::from_all(abi);
+    let handled = AccessFs::from_all(abi);
+    let allowed = if writable {
+        handled
+    } else {
+        AccessFs::from_read(abi)
+    };
     let status = Ruleset::default()
-        .handle_access(access)
+        .handle_access(handled)
         .and_then(|r| r.create())
-        .and_then(|r| r.add_rules(path_beneath_rules([root], access)))
+        .and_then(|r| r.add_rules(path_beneath_rules([root], allowed)))
         .and_then(|r| r.restrict_self())
         .map_err(|e| ConfineError::Setup(e.to_string()))?;
     match status.ruleset {

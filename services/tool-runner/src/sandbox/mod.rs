@@ -26,7 +26,7 @@ pub mod seccomp;
 
 use std::path::PathBuf;
 
-pub use self::landlock::confined;
+pub use self::landlock::{confined, confined_to_read};
 pub use cgroup::{CallCgroups, Cgroups};
 pub use program::{Exit, Held, Invocation, Network, ProgramOutput};
 

@@ -443,6 +443,7 @@ pub(super) fn truncate(mut output: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workspace::Workspaces;
     use maestro_domain::TaskId;
     use serde_json::json;
 
@@ -458,7 +459,10 @@ mod tests {
     #[test]
     fn files_are_written_read_edited_listed_and_globbed() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ws = Workspace::open(dir.path(), TaskId::new(), None).expect("open");
+        let ws = Workspaces::create(dir.path())
+            .expect("workspaces")
+            .open(TaskId::new(), None)
+            .expect("open");
         let wrote = run(
             &ws,
             "write_file",
@@ -521,7 +525,10 @@ mod tests {
     #[test]
     fn bad_calls_get_errors_the_model_can_act_on() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ws = Workspace::open(dir.path(), TaskId::new(), None).expect("open");
+        let ws = Workspaces::create(dir.path())
+            .expect("workspaces")
+            .open(TaskId::new(), None)
+            .expect("open");
         run(&ws, "write_file", json!({"path": "a.txt", "content": "aa"})).expect("write");
         let err = |tool, args| run(&ws, tool, args).expect_err("should fail");
         assert!(err("read_file", json!({"path": "missing"})).contains("no such file"));
@@ -550,7 +557,10 @@ mod tests {
     #[test]
     fn binary_files_are_described_not_dumped() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ws = Workspace::open(dir.path(), TaskId::new(), None).expect("open");
+        let ws = Workspaces::create(dir.path())
+            .expect("workspaces")
+            .open(TaskId::new(), None)
+            .expect("open");
         let png = [&b"\x89PNG\r\n\x1a\n"[..], &[0u8; 100]].concat();
         std::fs::write(ws.root().join("logo.png"), &png).expect("write");
         std::fs::write(ws.root().join("environ"), b"A=1\0B=2\0").expect("write");

@@ -15,6 +15,15 @@ use crate::call::parse;
 pub use crate::call::{Call, Limits};
 use crate::sandbox::{self, Sandbox};
 
+/// Whether `tool` (a built-in, not an MCP server's) only reads its workspace: run on a task
+/// that has none yet, it reads an empty one ([`crate::workspace::Workspaces::open_to_read`]).
+pub fn reads_only(tool: &str) -> bool {
+    matches!(
+        tool,
+        "read_file" | "list_files" | "glob" | "grep" | maestro_domain::tools::WORKSPACE_CONTEXT
+    )
+}
+
 /// What tools run with.
 #[derive(Debug, Clone)]
 pub struct Toolbox {
@@ -73,7 +82,8 @@ impl Toolbox {
         let root = call.workspace.root().to_path_buf();
         let owner = self.sandbox.run_as;
         let timeout = call.timeout;
-        let work = sandbox::confined(&root, move || {
+        let writable = !call.workspace.is_stand_in();
+        let work = move || {
             let Call {
                 tool,
                 arguments,
@@ -85,7 +95,14 @@ impl Toolbox {
                 "grep" => search::grep(&workspace, parse(arguments)?, limits),
                 _ => files::execute(&workspace, &tool, arguments, limits, owner),
             }
-        });
+        };
+        let work = async move {
+            if writable {
+                sandbox::confined(&root, work).await
+            } else {
+                sandbox::confined_to_read(&root, work).await
+            }
+        };
         // The thread cannot be killed; past the time limit the call answers and the thread's
         // result is dropped when it ends.
         match tokio::time::timeout(timeout, work).await {
