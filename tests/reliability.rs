@@ -858,6 +858,84 @@ async fn a_hinted_new_tasks_first_llm_call_goes_out_beside_the_claim_and_counts_
         "each hinted job took its early answer"
     );
     assert_eq!(early("asked_again").await + early("unused").await, 0);
+    // Each job's first call, `list_files`, only reads: it went out with the early answer, and
+    // the job took its reply instead of asking again.
+    let reads = |outcome: &'static str| {
+        let label = format!("outcome=\"{outcome}\"");
+        let stack = &stack;
+        async move { counter(stack, "worker", "maestro_tool_early_reads_total", &label).await }
+    };
+    assert_eq!(
+        reads("used").await,
+        hinted,
+        "each hinted job took its early read"
+    );
+    assert_eq!(reads("unused").await, 0);
+}
+
+/// A first answer whose calls do more than read sends nothing early: the job runs them in
+/// order, and its read sees what the write before it wrote. On a job whose early answer is
+/// taken and whose calls all read, the reads sent early are the job's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_first_answer_whose_calls_all_read_sends_them_early() {
+    let scenario = json!({"scenarios": [
+        {"name": "write then read",
+         "match": "write then read",
+         "turns": [
+             {"tool_calls": [
+                 {"name": "write_file", "arguments": {"path": "a.txt", "content": "written"}},
+                 {"name": "read_file", "arguments": {"path": "a.txt"}}]},
+             {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+         ]},
+        {"name": "two reads",
+         "match": "two reads",
+         "turns": [
+             {"tool_calls": [
+                 {"name": "list_files", "arguments": {}},
+                 {"name": "read_file", "arguments": {"path": "missing.txt"}}]},
+             {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
+         ]}
+    ]});
+    let mut stack = Stack::up(StackOptions::new(scenario)).await;
+    wait_for_log(&mut stack, "worker", "early first LLM calls on", 1).await;
+    let written = stack.run(&json!({"instruction": "write then read"})).await;
+    assert_eq!(written.job().status, JobStatus::Succeeded, "{written:?}");
+    let results = tool_results(&stack.events(written.id()).await);
+    assert_eq!(results.len(), 3, "two calls and `complete`: {results:?}");
+    assert!(
+        results[1].contains("written"),
+        "the read ran after the write: {results:?}"
+    );
+    let reads = |outcome: &'static str| {
+        let label = format!("outcome=\"{outcome}\"");
+        let stack = &stack;
+        async move { counter(stack, "worker", "maestro_tool_early_reads_total", &label).await }
+    };
+    assert_eq!(
+        reads("used").await + reads("unused").await,
+        0,
+        "nothing went early"
+    );
+    let read = stack.run(&json!({"instruction": "two reads"})).await;
+    assert_eq!(read.job().status, JobStatus::Succeeded, "{read:?}");
+    let results = tool_results(&stack.events(read.id()).await);
+    assert_eq!(results.len(), 3, "two calls and `complete`: {results:?}");
+    assert!(results[1].contains("missing.txt"), "{results:?}");
+    if dispatches(&stack, "worker", "hint").await == 2 {
+        assert_eq!(
+            reads("used").await,
+            2,
+            "both reads went early and were taken"
+        );
+        assert_eq!(reads("unused").await, 0);
+    }
+}
+
+/// The tool results' payloads, in order.
+fn tool_results(events: &[Event]) -> Vec<String> {
+    of_kind(events, EventKind::ToolResult)
+        .map(|e| e.payload.to_string())
+        .collect()
 }
 
 /// A first request the prompt guard would refuse is not sent early either: the job fails with

@@ -109,11 +109,18 @@ impl LlmClient {
     }
 
     /// [`LlmClient::stream_body`], with the answer read off the connection as it comes, ahead
-    /// of its reader ([`ChatStream::read_ahead`]): for a request sent before its answer can be
-    /// read, as a job's first is while the job is claimed.
-    pub async fn stream_body_read_ahead(&self, body: bytes::Bytes) -> Result<ChatStream, LlmError> {
+    /// of its reader, and a copy of it for a second reader ([`ChatStream::read_ahead_copied`]):
+    /// for a request sent before its answer can be read, as a job's first is while the job is
+    /// claimed.
+    pub async fn stream_body_read_ahead(
+        &self,
+        body: bytes::Bytes,
+    ) -> Result<(ChatStream, ChatStream), LlmError> {
         let response = self.send(body).await?;
-        Ok(ChatStream::read_ahead(response, self.config.idle_timeout))
+        Ok(ChatStream::read_ahead_copied(
+            response,
+            self.config.idle_timeout,
+        ))
     }
 
     /// Send a chat request; the response once its status is a success.

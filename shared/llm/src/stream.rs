@@ -44,8 +44,14 @@ type Events = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<BodyError
 /// a few KiB).
 pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
-/// How many chunks of a body [`ChatStream::read_ahead`] reads before its reader takes them.
+/// How many chunks of a body [`ChatStream::read_ahead_copied`] reads before its reader takes
+/// them.
 pub const READ_AHEAD_CHUNKS: usize = 64;
+
+/// The most bytes of a body read ahead that are copied for a second reader
+/// ([`ChatStream::read_ahead_copied`]); past them the copy ends, and its reader gets
+/// [`LlmError::Truncated`].
+pub const COPY_MAX_BYTES: usize = 256 * 1024;
 
 /// Why the body's bytes stopped.
 #[derive(Debug, thiserror::Error)]
@@ -85,19 +91,50 @@ impl ChatStream {
     /// comes, up to [`READ_AHEAD_CHUNKS`] chunks ahead of the reader: what arrives before the
     /// reader asks for it is waiting when it does, with no hop to the connection's task per
     /// chunk then. The task ends with the body, or when the stream is dropped.
-    pub(crate) fn read_ahead(response: reqwest::Response, idle_timeout: Duration) -> Self {
-        Self::read_ahead_of(Box::pin(response.bytes_stream()), idle_timeout)
+    ///
+    /// With it, a second stream of the same answer for a reader of its own: it gets each chunk
+    /// as the read-ahead takes it, up to [`COPY_MAX_BYTES`]. The copy ends with the body, or
+    /// early (its reader gets an error) when the body fails, grows past the limit or the first
+    /// stream is dropped; dropping the copy changes nothing for the first.
+    pub(crate) fn read_ahead_copied(
+        response: reqwest::Response,
+        idle_timeout: Duration,
+    ) -> (Self, Self) {
+        let body = Box::pin(response.bytes_stream());
+        let (stream, copy) = Self::read_ahead_of(body, idle_timeout, true);
+        (stream, copy.expect("a copy was asked for"))
     }
 
-    fn read_ahead_of(mut body: ByteStream, idle_timeout: Duration) -> Self {
+    fn read_ahead_of(
+        mut body: ByteStream,
+        idle_timeout: Duration,
+        copied: bool,
+    ) -> (Self, Option<Self>) {
         let (sender, receiver) = tokio::sync::mpsc::channel(READ_AHEAD_CHUNKS);
+        let (mut copy, copy_receiver) = match copied {
+            true => {
+                let (sender, receiver) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+                (Some(sender), Some(receiver))
+            }
+            false => (None, None),
+        };
         tokio::spawn(async move {
+            let mut copied = 0;
             loop {
                 let chunk = tokio::select! {
                     chunk = body.next() => chunk,
                     () = sender.closed() => return,
                 };
                 let Some(chunk) = chunk else { return };
+                if let Some(to) = &copy {
+                    let sent = chunk.as_ref().ok().is_some_and(|bytes| {
+                        copied += bytes.len();
+                        copied <= COPY_MAX_BYTES && to.send(bytes.clone()).is_ok()
+                    });
+                    if !sent {
+                        copy = None;
+                    }
+                }
                 if sender.send(chunk).await.is_err() {
                     return;
                 }
@@ -107,7 +144,14 @@ impl ChatStream {
             let chunk = receiver.recv().await?;
             Some((chunk, receiver))
         });
-        Self::of(Box::pin(chunks), idle_timeout)
+        let copy = copy_receiver.map(|receiver| {
+            let chunks = futures::stream::unfold(receiver, |mut receiver| async move {
+                let chunk = receiver.recv().await?;
+                Some((Ok(chunk), receiver))
+            });
+            Self::of(Box::pin(chunks), idle_timeout)
+        });
+        (Self::of(Box::pin(chunks), idle_timeout), copy)
     }
 
     /// A stream over bytes already in hand, chunk by chunk as a server would have sent them:
@@ -507,7 +551,7 @@ mod tests {
         let taken = Arc::new(AtomicUsize::new(0));
         let (dropped, _) = tokio::sync::oneshot::channel();
         let body = open_body(chunks, taken.clone(), dropped);
-        let mut stream = ChatStream::read_ahead_of(body, Duration::from_secs(5));
+        let (mut stream, _) = ChatStream::read_ahead_of(body, Duration::from_secs(5), false);
         tokio::time::timeout(Duration::from_secs(5), async {
             while taken.load(Ordering::Relaxed) < wire.len() {
                 tokio::task::yield_now().await;
@@ -530,13 +574,64 @@ mod tests {
         let (dropped, body_dropped) = tokio::sync::oneshot::channel();
         let chunk = Bytes::from_static(b"data: {\"choices\":[]}\n\n");
         let body = open_body(vec![chunk], taken, dropped);
-        let stream = ChatStream::read_ahead_of(body, Duration::from_secs(5));
+        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5), true);
+        drop(copy);
         // The body stays open: only the stream's drop can end its reading.
         drop(stream);
         tokio::time::timeout(Duration::from_secs(5), body_dropped)
             .await
             .expect("the body is dropped (its connection closed) once the stream is")
             .expect("dropped, not leaked");
+    }
+
+    async fn text_of(mut stream: ChatStream) -> Result<String, LlmError> {
+        let mut text = String::new();
+        while let Some(event) = stream.next().await {
+            if let StreamEvent::Text(more) = event? {
+                text.push_str(&more);
+            }
+        }
+        Ok(text)
+    }
+
+    #[tokio::test]
+    async fn a_copy_of_a_body_read_ahead_reads_the_same_and_ends_past_its_limit() {
+        let chunk = |text: &str| {
+            Bytes::from(format!(
+                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n"
+            ))
+        };
+        let done = Bytes::from_static(b"data: [DONE]\n\n");
+        let taken = Arc::new(AtomicUsize::new(0));
+        let (dropped, _) = tokio::sync::oneshot::channel();
+        let body = open_body(
+            vec![chunk("Hel"), chunk("lo"), done.clone()],
+            taken,
+            dropped,
+        );
+        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5), true);
+        let copy = copy.expect("a copy");
+        // The copy is read first, to its end, while the first stream waits.
+        assert_eq!(text_of(copy).await.expect("the copy"), "Hello");
+        assert_eq!(text_of(stream).await.expect("the stream"), "Hello");
+
+        // Past the limit the copy ends with an error, and the first stream reads on.
+        let big = "x".repeat(COPY_MAX_BYTES / 4);
+        let chunks = vec![
+            chunk(&big),
+            chunk(&big),
+            chunk(&big),
+            chunk(&big),
+            chunk("!"),
+            done,
+        ];
+        let (dropped, _) = tokio::sync::oneshot::channel();
+        let body = open_body(chunks, Arc::new(AtomicUsize::new(0)), dropped);
+        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5), true);
+        let copied = text_of(copy.expect("a copy")).await;
+        assert!(matches!(copied, Err(LlmError::Truncated)), "{copied:?}");
+        let read = text_of(stream).await.expect("the stream");
+        assert_eq!(read, format!("{}!", big.repeat(4)));
     }
 
     #[tokio::test]

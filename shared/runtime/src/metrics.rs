@@ -70,6 +70,9 @@ pub const HANDOVERS: &str = "maestro_dispatch_handovers_total";
 /// New jobs' first LLM requests sent while the claim was made (`outcome`: used, asked_again,
 /// unused; docs/architecture.md#the-first-llm-call-beside-the-claim).
 pub const EARLY_FIRST_CALLS: &str = "maestro_llm_early_first_calls_total";
+/// New jobs' first tool calls sent while the claim was made, when they only read (`outcome`:
+/// used, unused; docs/architecture.md#the-first-llm-call-beside-the-claim).
+pub const EARLY_READS: &str = "maestro_tool_early_reads_total";
 /// Turns' results sent to be committed while the next LLM request runs (`outcome`: at_once,
 /// after_wait, taken_back; docs/architecture.md#commits-on-the-job-path).
 pub const RESULTS_COMMITS: &str = "maestro_results_commits_total";
@@ -97,6 +100,10 @@ pub const HELP: &[(&str, &str)] = &[
     (
         EARLY_FIRST_CALLS,
         "New jobs' first LLM requests sent while the claim was made, by what became of each.",
+    ),
+    (
+        EARLY_READS,
+        "New jobs' first read-only tool calls sent while the claim was made, by whether the job took each reply.",
     ),
     (
         RESULTS_COMMITS,

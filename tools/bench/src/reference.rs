@@ -535,10 +535,12 @@ impl Bench {
             }
         };
         println!(
-            "{worker}: dispatches taken by {}; deliveries handed over: {}; early first LLM calls {}",
+            "{worker}: dispatches taken by {}; deliveries handed over: {}; early first LLM calls {}; \
+             early reads {}",
             of("maestro_dispatches_total", "via"),
             of("maestro_dispatch_handovers_total", "outcome"),
-            of("maestro_llm_early_first_calls_total", "outcome")
+            of("maestro_llm_early_first_calls_total", "outcome"),
+            of("maestro_tool_early_reads_total", "outcome")
         );
     }
 }

@@ -7,10 +7,12 @@
 //! or may not have happened, and the job pauses for a human (`side_effect_unknown`) rather
 //! than repeat or skip it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::Instrument as _;
 
 use chrono::{DateTime, Utc};
+use maestro_db::claims::Claimed;
 use maestro_db::operations::{self, NewOperation, Operation};
 use maestro_domain::ToolCall;
 use maestro_domain::Verdict;
@@ -19,7 +21,7 @@ use maestro_domain::tools::{
 };
 use serde_json::Value;
 
-use super::context::JobError;
+use super::context::{JobError, Shared};
 use super::run::{JobRun, Waits};
 use crate::tool_client;
 
@@ -60,9 +62,11 @@ impl JobRun<'_> {
         if let Some(cached) = self.cache.get(call) {
             return Ok((cached.clone(), false));
         }
-        let operation_id = format!(
-            "{}/{}/{}/{}",
-            self.claim.job_id, self.place.movement, self.iterations, call.id
+        let operation_id = operation_id(
+            self.claim.job_id,
+            &self.place.movement,
+            self.iterations,
+            &call.id,
         );
         let ledgered = spec.idempotency == Idempotency::SideEffecting;
         if ledgered {
@@ -83,7 +87,14 @@ impl JobRun<'_> {
                 .await?
                 .map_err(|fenced| CallError::Job(fenced.into()))?;
         }
-        let request = self.request(call, spec, arguments, &operation_id, ledgered);
+        let request = tool_request(
+            self.shared,
+            (self.claim, self.fence.attempt),
+            call,
+            (spec, arguments),
+            (&operation_id, ledgered),
+            &self.approvals.mcp_tokens,
+        );
         let reply = self.send(&request).await?;
         if ledgered {
             operations::finish(&self.shared.pool, &operation_id, reply.ok, &reply.output).await?;
@@ -124,47 +135,8 @@ impl JobRun<'_> {
         Ok((spec, arguments))
     }
 
-    /// The tool-runner request for a call that passed its checks.
-    fn request(
-        &self,
-        call: &ToolCall,
-        spec: &ToolSpec,
-        arguments: Value,
-        operation_id: &str,
-        ledgered: bool,
-    ) -> ToolExecRequest {
-        let policy = &self.shared.policy;
-        let install = spec.name == tools::REQUEST_PACKAGE;
-        ToolExecRequest {
-            // Subtasks work in their top task's workspace.
-            task_id: self.claim.workspace_id,
-            job_id: self.claim.job_id,
-            call_id: call.id.clone(),
-            operation_id: operation_id.to_owned(),
-            // An approved package request runs as the tool-runner's installer, which needs
-            // the package registry.
-            tool: if install {
-                tools::INSTALL_PACKAGE.to_owned()
-            } else {
-                spec.name.clone()
-            },
-            arguments,
-            timeout_ms: self.shared.settings.tool_timeout.as_millis() as u64,
-            attempt: self.fence.attempt,
-            network: policy.network || install,
-            allowed_hosts: policy.allowed_hosts.clone(),
-            ledgered,
-            mcp: tools::split_mcp_tool_name(&spec.name).and_then(|(server, _)| {
-                Some(McpTarget {
-                    name: server.to_owned(),
-                    server: policy.mcp_servers.get(server)?.clone(),
-                    token: self.approvals.mcp_tokens.get(server).cloned(),
-                })
-            }),
-        }
-    }
-
-    /// Send a request to a tool-runner and wait for its reply.
+    /// Send a request to a tool-runner and wait for its reply (an early read's, when one
+    /// asked the same: [`super::early_reads`]).
     async fn send(&self, request: &ToolExecRequest) -> Result<ToolExecReply, CallError> {
         let settings = &self.shared.settings;
         // The tool-runner stops the tool at its timeout and still answers; wait a little longer.
@@ -178,9 +150,20 @@ impl JobRun<'_> {
             call_id = %request.call_id,
             outcome = tracing::field::Empty
         );
-        let reply = tool_client::execute(&self.shared.bus.nats, subject, request, wait)
-            .instrument(span.clone())
-            .await;
+        let early = match &self.early_reads {
+            Some(reads) => reads.take(request).await,
+            None => None,
+        };
+        let reply = match early {
+            Some(read) => read
+                .await
+                .unwrap_or_else(|e| Err(tool_client::Unavailable(e.to_string()))),
+            None => {
+                tool_client::execute(&self.shared.bus.nats, subject, request, wait)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
         Waits::add(&self.waits.tools_us, sent);
         let outcome = match &reply {
             Err(_) => "unavailable",
@@ -296,6 +279,57 @@ impl JobRun<'_> {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+}
+
+/// A call's operation id: `<job>/<movement>/<iteration>/<call id>`, the same on every attempt.
+pub(super) fn operation_id(
+    job_id: maestro_domain::JobId,
+    movement: &str,
+    iteration: u32,
+    call_id: &str,
+) -> String {
+    format!("{job_id}/{movement}/{iteration}/{call_id}")
+}
+
+/// The tool-runner request for a call that passed its checks, by the claim (with its attempt)
+/// that makes it.
+pub(super) fn tool_request(
+    shared: &Shared,
+    (claim, attempt): (&Claimed, i32),
+    call: &ToolCall,
+    (spec, arguments): (&ToolSpec, Value),
+    (operation_id, ledgered): (&str, bool),
+    mcp_tokens: &BTreeMap<String, String>,
+) -> ToolExecRequest {
+    let policy = &shared.policy;
+    let install = spec.name == tools::REQUEST_PACKAGE;
+    ToolExecRequest {
+        // Subtasks work in their top task's workspace.
+        task_id: claim.workspace_id,
+        job_id: claim.job_id,
+        call_id: call.id.clone(),
+        operation_id: operation_id.to_owned(),
+        // An approved package request runs as the tool-runner's installer, which needs
+        // the package registry.
+        tool: if install {
+            tools::INSTALL_PACKAGE.to_owned()
+        } else {
+            spec.name.clone()
+        },
+        arguments,
+        timeout_ms: shared.settings.tool_timeout.as_millis() as u64,
+        attempt,
+        network: policy.network || install,
+        allowed_hosts: policy.allowed_hosts.clone(),
+        ledgered,
+        mcp: tools::split_mcp_tool_name(&spec.name).and_then(|(server, _)| {
+            Some(McpTarget {
+                name: server.to_owned(),
+                server: policy.mcp_servers.get(server)?.clone(),
+                token: mcp_tokens.get(server).cloned(),
+            })
+        }),
     }
 }
 

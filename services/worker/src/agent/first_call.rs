@@ -16,6 +16,8 @@
 //! A call is never made for a job this worker could not claim for its model, for a routed
 //! piece (the router asks first), when an MCP server may need the owner's login, or when the
 //! prompt guard would not send the request as it is.
+//!
+//! When the answer's calls only read, they are sent early too ([`super::early_reads`]).
 
 use std::collections::BTreeMap;
 
@@ -25,11 +27,13 @@ use maestro_domain::piece;
 use maestro_domain::tools::WorkspaceContext;
 use maestro_llm::{ChatRequest, ChatStream, LlmClient, LlmError};
 use maestro_messaging::payloads::{JobDispatch, Opening};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use super::catalog;
 use super::context::Shared;
+use super::early_reads::{self, Read};
 use crate::conversation;
 
 /// The early first call of one job.
@@ -45,6 +49,8 @@ pub struct FirstCall {
     pub(super) span: tracing::Span,
     /// When it started, for the call's metrics.
     pub(super) sent_at: std::time::Instant,
+    /// The answer's calls sent early, when they only read.
+    pub(super) reads: Option<oneshot::Receiver<Vec<Read>>>,
 }
 
 impl FirstCall {
@@ -72,14 +78,17 @@ impl FirstCall {
             .clone();
         let span = super::llm::span(&model, 1);
         let shared = shared.clone();
-        let call =
-            tokio::spawn(async move { request(&shared, &claim).await }.instrument(span.clone()));
+        let (decided, reads) = oneshot::channel();
+        let call = tokio::spawn(
+            async move { request(&shared, claim, decided).await }.instrument(span.clone()),
+        );
         Some(Self {
             call,
             taken: false,
             model,
             span,
             sent_at: std::time::Instant::now(),
+            reads: Some(reads),
         })
     }
 
@@ -137,11 +146,14 @@ fn counted(outcome: &'static str) {
 
 /// Send the first request of `claim`'s job as it opens; `None`, sending nothing, when the
 /// worker has no such piece, an MCP server asks for a login, or the prompt guard would not
-/// send the request as it is.
+/// send the request as it is. The answer's calls, if they only read, are sent as it ends and
+/// said on `decided`.
 async fn request(
     shared: &Shared,
-    claim: &Claimed,
+    claim: Claimed,
+    decided: oneshot::Sender<Vec<Read>>,
 ) -> Option<(Bytes, Result<ChatStream, LlmError>)> {
+    let claim = &claim;
     let piece = shared.catalog.get(&claim.piece)?;
     let start = claim
         .start_movement
@@ -176,7 +188,19 @@ async fn request(
         tools: Some(&offered.tools.json),
         messages: &messages,
     });
-    let answer = shared.llm.stream_body_read_ahead(body.clone()).await;
+    let answer = match shared.llm.stream_body_read_ahead(body.clone()).await {
+        Ok((answer, copy)) => {
+            let opened = early_reads::Opened {
+                claim: claim.clone(),
+                movement: start.name.clone(),
+                specs: offered.tools.specs.clone(),
+            };
+            let reads = early_reads::send(shared.clone(), opened, copy, decided);
+            tokio::spawn(reads.in_current_span());
+            Ok(answer)
+        }
+        Err(e) => Err(e),
+    };
     Some((body, answer))
 }
 

@@ -7,6 +7,7 @@ use maestro_llm::{Accumulator, ChatRequest, Completion, LlmClient, LlmError, Str
 use maestro_messaging::payloads::DeltaFragment;
 
 use super::context::JobError;
+use super::early_reads::EarlyReads;
 use super::first_call::FirstCall;
 use super::run::{JobRun, Waits};
 
@@ -59,7 +60,8 @@ impl JobRun<'_> {
             tools: Some(&self.tools.json),
             messages: &self.journal.messages,
         };
-        let early = self.first_call.take();
+        let mut early = self.first_call.take();
+        let reads = early.as_mut().and_then(|early| early.reads.take());
         let (lost, release) = (self.delivery.lost.clone(), self.shared.release.clone());
         let waited = std::time::Instant::now();
         let mut call = LlmCallMetrics::start();
@@ -91,6 +93,11 @@ impl JobRun<'_> {
             Start::Started(started, sent_at) => {
                 // An early answer's call began when its request went out.
                 call.start = sent_at.unwrap_or(call.start);
+                // Its calls' early reads are taken where nothing else can have written the
+                // workspace since they were sent.
+                if sent_at.is_some() && super::catalog::untouched(self.claim) {
+                    self.early_reads = reads.map(EarlyReads::new);
+                }
                 started
             }
             Start::Lost => return Err(JobError::Fenced(Fenced(self.fence.job_id))),

@@ -28,6 +28,7 @@ mod catalog;
 mod context;
 mod continuation;
 mod drive;
+mod early_reads;
 mod ending;
 mod execute;
 mod finals;

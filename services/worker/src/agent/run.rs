@@ -115,6 +115,8 @@ pub(super) struct JobRun<'a> {
     pub waits: Waits,
     /// The first LLM request, sent while the job was claimed ([`FirstCall`]).
     pub first_call: Option<FirstCall>,
+    /// Its answer's calls, sent as it came when they only read.
+    pub early_reads: Option<super::early_reads::EarlyReads>,
 }
 
 impl std::fmt::Debug for JobRun<'_> {
@@ -166,6 +168,7 @@ impl<'a> JobRun<'a> {
             iterations: 0,
             waits: Waits::default(),
             first_call: None,
+            early_reads: None,
         }
     }
 
