@@ -258,6 +258,7 @@ mod tests {
             model: "m".to_owned(),
             span: tracing::Span::none(),
             sent_at: std::time::Instant::now(),
+            reads: None,
         }
     }
 
