@@ -931,6 +931,28 @@ async fn only_a_first_answer_whose_calls_all_read_sends_them_early() {
     }
 }
 
+/// A read the tool policy leaves to a person's approval is not sent early, though the early
+/// answer that asks for it is taken: the job pauses for the approval with nothing read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_the_policy_leaves_to_a_person_is_not_sent_early() {
+    let options = StackOptions::new(quick_jobs()).policy(r#"{"allowed_tools": ["read_file"]}"#);
+    let mut stack = Stack::up(options).await;
+    wait_for_log(&mut stack, "worker", "early first LLM calls on", 1).await;
+    let task = stack.run(&json!({"instruction": "look"})).await;
+    assert_eq!(task.job().status, JobStatus::WaitingHuman, "{task:?}");
+    let used = "outcome=\"used\"";
+    let early = counter(
+        &stack,
+        "worker",
+        "maestro_llm_early_first_calls_total",
+        used,
+    )
+    .await;
+    assert_eq!(early, 1, "the early answer was taken");
+    let reads = counter(&stack, "worker", "maestro_tool_early_reads_total", "").await;
+    assert_eq!(reads, 0, "nothing was read early");
+}
+
 /// The tool results' payloads, in order.
 fn tool_results(events: &[Event]) -> Vec<String> {
     of_kind(events, EventKind::ToolResult)

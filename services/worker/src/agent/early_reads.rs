@@ -8,7 +8,8 @@
 //! files to place): then it is the reply its own request would have got, asked sooner. A
 //! reply no request takes is dropped: a read has no effect to undo. Calls that do more than
 //! read are never sent early, and neither is anything of an answer with one: the job runs
-//! those in order, and a read must see what the calls before it wrote.
+//! those in order, and a read must see what the calls before it wrote. Nor is a read the tool
+//! policy refuses or leaves to a person's approval, or one its start movement may not make.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -88,6 +89,7 @@ fn counted(outcome: &'static str, reads: usize) {
 pub(super) struct Opened {
     pub claim: Claimed,
     pub movement: String,
+    /// The tools offered that its start movement may use.
     pub specs: Vec<ToolSpec>,
 }
 
@@ -147,6 +149,14 @@ fn requests(
             return None;
         }
         let arguments = tools::parse_arguments(&call.function.arguments).ok()?;
+        // Not even a read goes early that the policy refuses or leaves to a person.
+        let policy = &shared.policy;
+        if policy
+            .refusal(&spec.name, &arguments, &opened.claim.grants)
+            .is_some()
+        {
+            return None;
+        }
         // The job's first iteration is its first (`JobRun::take_reply`).
         let operation = operation_id(opened.claim.job_id, &opened.movement, 1, &call.id);
         requests.push(tool_request(

@@ -193,7 +193,11 @@ async fn request(
             let opened = early_reads::Opened {
                 claim: claim.clone(),
                 movement: start.name.clone(),
-                specs: offered.tools.specs.clone(),
+                // The tools its start movement may use.
+                specs: (offered.tools.specs.iter())
+                    .filter(|spec| start.refusal(&spec.name).is_none())
+                    .cloned()
+                    .collect(),
             };
             let reads = early_reads::send(shared.clone(), opened, copy, decided);
             tokio::spawn(reads.in_current_span());
