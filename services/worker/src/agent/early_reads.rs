@@ -19,6 +19,7 @@ use maestro_domain::tools::{self, ToolExecReply, ToolExecRequest, ToolSpec};
 use maestro_llm::{Accumulator, ChatStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 use super::context::Shared;
 use super::execute::{operation_id, tool_request};
@@ -118,10 +119,12 @@ pub(super) async fn send(
         .map(|request| {
             let (nats, subject, asked) =
                 (shared.bus.nats.clone(), subject.clone(), request.clone());
-            let reply =
-                tokio::spawn(
-                    async move { tool_client::execute(&nats, subject, &asked, wait).await },
-                );
+            // In the early call's span, as the job's own requests go in its spans: the
+            // tool-runner's span of the call joins the job's trace.
+            let reply = tokio::spawn(
+                async move { tool_client::execute(&nats, subject, &asked, wait).await }
+                    .in_current_span(),
+            );
             (request, reply)
         })
         .collect();
