@@ -887,6 +887,9 @@ async fn only_a_first_answer_whose_calls_all_read_sends_them_early() {
                  {"name": "read_file", "arguments": {"path": "a.txt"}}]},
              {"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}
          ]},
+        {"name": "at once",
+         "match": "done at once",
+         "turns": [{"tool_calls": [{"name": "complete", "arguments": {"result": "done"}}]}]},
         {"name": "two reads",
          "match": "two reads",
          "turns": [
@@ -916,6 +919,12 @@ async fn only_a_first_answer_whose_calls_all_read_sends_them_early() {
         0,
         "nothing went early"
     );
+    // `complete` is read-only too, but the job answers it itself: nothing goes to the
+    // tool-runner for it.
+    let done = stack.run(&json!({"instruction": "done at once"})).await;
+    assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
+    let early = reads("used").await + reads("unused").await;
+    assert_eq!(early, 0, "nothing went early for `complete`");
     let read = stack.run(&json!({"instruction": "two reads"})).await;
     assert_eq!(read.job().status, JobStatus::Succeeded, "{read:?}");
     let results = tool_results(&stack.events(read.id()).await);

@@ -25,6 +25,11 @@ use super::context::Shared;
 use super::execute::{operation_id, tool_request};
 use crate::tool_client::{self, Unavailable};
 
+/// The tools a call may be sent early for: the tool-runner's reads of the workspace. (The
+/// worker's own tools — `complete`, `ask`, `transition` — are read-only too, but the job
+/// answers them itself; `http_fetch` reaches out of the machine.)
+const EARLY: [&str; 4] = ["read_file", "list_files", "glob", "grep"];
+
 /// One read sent early: its request, and its reply to come.
 pub(super) type Read = (
     ToolExecRequest,
@@ -145,10 +150,9 @@ fn requests(
     let mut requests = Vec::with_capacity(calls.len());
     for call in calls {
         let spec = opened.specs.iter().find(|s| s.name == call.name())?;
-        let built_in = tools::split_mcp_tool_name(&spec.name).is_none();
         // The job keeps an id the model gave (one it gives itself is not known here).
         let own_id = !call.id.is_empty() && ids.insert(call.id.as_str());
-        if !spec.is_read_only() || !built_in || !own_id {
+        if !EARLY.contains(&spec.name.as_str()) || !spec.is_read_only() || !own_id {
             return None;
         }
         let arguments = tools::parse_arguments(&call.function.arguments).ok()?;
