@@ -84,8 +84,7 @@ impl Workspaces {
     pub fn open(&self, task_id: TaskId, owner: Option<(u32, u32)>) -> io::Result<Workspace> {
         let dir = self.dir(task_id);
         match std::fs::symlink_metadata(&dir) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => return Err(not_a_directory(&dir)),
+            Ok(meta) => a_directory(&meta, &dir)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Self::make(&dir, owner)?,
             Err(e) => return Err(e),
         }
@@ -138,11 +137,7 @@ impl Workspaces {
             Ok(()) => {}
             // Made meanwhile by another call of the same task, which also gives it its owner.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return match std::fs::symlink_metadata(dir) {
-                    Ok(meta) if meta.is_dir() => Ok(()),
-                    Ok(_) => Err(not_a_directory(dir)),
-                    Err(e) => Err(e),
-                };
+                return a_directory(&std::fs::symlink_metadata(dir)?, dir);
             }
             // The workspaces directory itself was removed: make it again, where it was.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -163,8 +158,15 @@ impl Workspaces {
     }
 }
 
-fn not_a_directory(dir: &Path) -> io::Error {
-    io::Error::other(format!("{} is not a directory", dir.display()))
+/// `Ok` when `meta` (not followed) is a directory's, not a symlink's or a file's.
+fn a_directory(meta: &std::fs::Metadata, dir: &Path) -> io::Result<()> {
+    match meta.is_dir() {
+        true => Ok(()),
+        false => Err(io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        ))),
+    }
 }
 
 /// The workspace of one task.

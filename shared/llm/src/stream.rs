@@ -100,24 +100,13 @@ impl ChatStream {
         response: reqwest::Response,
         idle_timeout: Duration,
     ) -> (Self, Self) {
-        let body = Box::pin(response.bytes_stream());
-        let (stream, copy) = Self::read_ahead_of(body, idle_timeout, true);
-        (stream, copy.expect("a copy was asked for"))
+        Self::read_ahead_of(Box::pin(response.bytes_stream()), idle_timeout)
     }
 
-    fn read_ahead_of(
-        mut body: ByteStream,
-        idle_timeout: Duration,
-        copied: bool,
-    ) -> (Self, Option<Self>) {
+    fn read_ahead_of(mut body: ByteStream, idle_timeout: Duration) -> (Self, Self) {
         let (sender, receiver) = tokio::sync::mpsc::channel(READ_AHEAD_CHUNKS);
-        let (mut copy, copy_receiver) = match copied {
-            true => {
-                let (sender, receiver) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
-                (Some(sender), Some(receiver))
-            }
-            false => (None, None),
-        };
+        let (copy, copy_receiver) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+        let mut copy = Some(copy);
         tokio::spawn(async move {
             let mut copied = 0;
             loop {
@@ -144,14 +133,14 @@ impl ChatStream {
             let chunk = receiver.recv().await?;
             Some((chunk, receiver))
         });
-        let copy = copy_receiver.map(|receiver| {
-            let chunks = futures::stream::unfold(receiver, |mut receiver| async move {
-                let chunk = receiver.recv().await?;
-                Some((Ok(chunk), receiver))
-            });
-            Self::of(Box::pin(chunks), idle_timeout)
+        let copied = futures::stream::unfold(copy_receiver, |mut receiver| async move {
+            let chunk = receiver.recv().await?;
+            Some((Ok(chunk), receiver))
         });
-        (Self::of(Box::pin(chunks), idle_timeout), copy)
+        (
+            Self::of(Box::pin(chunks), idle_timeout),
+            Self::of(Box::pin(copied), idle_timeout),
+        )
     }
 
     /// A stream over bytes already in hand, chunk by chunk as a server would have sent them:
@@ -551,7 +540,7 @@ mod tests {
         let taken = Arc::new(AtomicUsize::new(0));
         let (dropped, _) = tokio::sync::oneshot::channel();
         let body = open_body(chunks, taken.clone(), dropped);
-        let (mut stream, _) = ChatStream::read_ahead_of(body, Duration::from_secs(5), false);
+        let (mut stream, _) = ChatStream::read_ahead_of(body, Duration::from_secs(5));
         tokio::time::timeout(Duration::from_secs(5), async {
             while taken.load(Ordering::Relaxed) < wire.len() {
                 tokio::task::yield_now().await;
@@ -574,7 +563,7 @@ mod tests {
         let (dropped, body_dropped) = tokio::sync::oneshot::channel();
         let chunk = Bytes::from_static(b"data: {\"choices\":[]}\n\n");
         let body = open_body(vec![chunk], taken, dropped);
-        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5), true);
+        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5));
         drop(copy);
         // The body stays open: only the stream's drop can end its reading.
         drop(stream);
@@ -609,8 +598,7 @@ mod tests {
             taken,
             dropped,
         );
-        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5), true);
-        let copy = copy.expect("a copy");
+        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5));
         // The copy is read first, to its end, while the first stream waits.
         assert_eq!(text_of(copy).await.expect("the copy"), "Hello");
         assert_eq!(text_of(stream).await.expect("the stream"), "Hello");
@@ -627,8 +615,8 @@ mod tests {
         ];
         let (dropped, _) = tokio::sync::oneshot::channel();
         let body = open_body(chunks, Arc::new(AtomicUsize::new(0)), dropped);
-        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5), true);
-        let copied = text_of(copy.expect("a copy")).await;
+        let (stream, copy) = ChatStream::read_ahead_of(body, Duration::from_secs(5));
+        let copied = text_of(copy).await;
         assert!(matches!(copied, Err(LlmError::Truncated)), "{copied:?}");
         let read = text_of(stream).await.expect("the stream");
         assert_eq!(read, format!("{}!", big.repeat(4)));
