@@ -1,8 +1,9 @@
 //! Events their writer publishes itself (docs/architecture.md#the-outbox): a worker's claim and
 //! turns leave one outbox row per statement that waits for the writer instead of a row per
-//! event for the relay, everything else the same statements write is the relay's at once, the
-//! relay deletes what the writer says it published without publishing it again, and takes
-//! over what the writer never published, rendering the same events the writer would.
+//! event for the relay, a turn's notices are the writer's too, everything else the same
+//! statements write is the relay's at once, the relay deletes what the writer says it
+//! published without publishing it again, and takes over what the writer never published,
+//! rendering the same events and notices the writer would.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,6 +11,8 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use maestro_db::claims;
 use maestro_db::jobs::{self, Fence, Publish, Transition};
+use maestro_domain::notification::NotificationType;
+use maestro_domain::topic::Topic;
 use maestro_domain::{
     DecisionEvent, Event, EventBody, EventKind, JobStateChange, JobStatus, Message, MessageEvent,
     TaskId, ToolCallEvent, WaitReason,
@@ -74,6 +77,22 @@ async fn overdue(pool: &sqlx::PgPool, key: &str) -> Vec<maestro_db::outbox::Outb
     rows
 }
 
+/// The notice recorded for the event `seq` of `task_id`: (id, kind, payload).
+async fn notice_of(
+    pool: &sqlx::PgPool,
+    task_id: TaskId,
+    seq: i64,
+) -> Option<(uuid::Uuid, String, serde_json::Value)> {
+    sqlx::query_as(
+        "SELECT id, kind, payload FROM notifications WHERE task_id = $1 AND event_seq = $2",
+    )
+    .bind(task_id.0)
+    .bind(seq)
+    .fetch_optional(pool)
+    .await
+    .expect("notifications")
+}
+
 fn decision(status: JobStatus) -> EventBody {
     EventBody::Decision(DecisionEvent {
         action_id: uuid::Uuid::now_v7(),
@@ -114,12 +133,21 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
     assert_eq!(rows(pool, task_id).await, vec![(key, true)]);
     assert_eq!(relayed_now(pool).await, 0);
 
-    // Each kind of event a job writes: its own row waits for the writer; what else its
-    // statement writes (a notice, a signal) is the relay's, exactly when the worker expects
-    // (`EventBody::has_relayed_rows`, which decides whether it wakes the relay).
+    // Each kind of event a job writes: its own row waits for the writer, and so does its
+    // notice, which the statement writes and returns for the writer to publish (migration
+    // 0026); what else it writes (a signal) is the relay's, exactly when the worker expects
+    // (`Appended::relayed`, which decides whether it wakes the relay).
     let fence = Fence {
         job_id,
         attempt: claimed.attempt,
+    };
+    let (other_task, other_job) = db
+        .queued_task("alice", "by the trigger")
+        .await
+        .expect("task");
+    let other = Fence {
+        job_id: other_job,
+        attempt: claim(pool, other_job).await.attempt,
     };
     let mut bodies: Vec<EventBody> = JobStatus::ALL
         .iter()
@@ -143,23 +171,84 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         .await
         .expect("append")
         .expect("held");
-        assert_eq!(appended.direct.len(), 1, "{body:?}");
-        let direct = &appended.direct[0];
         assert_eq!(
-            direct.outbox_key,
-            Some(maestro_domain::topic::range_key(
-                task_id,
-                appended.first_seq
-            ))
+            appended.direct.len(),
+            1 + usize::from(body.has_notice()),
+            "{body:?}"
         );
+        let direct = &appended.direct[0];
+        let key = maestro_domain::topic::range_key(task_id, appended.first_seq);
+        assert_eq!(direct.outbox_key.as_ref(), Some(&key));
         let event: Event = serde_json::from_str(&direct.payload).expect("an event");
         assert_eq!(event.seq, appended.first_seq);
         assert_eq!(event.body().expect("body"), body, "the event as stored");
         let added = relayed_now(pool).await - before;
         assert_eq!(
-            added > 0,
-            body.has_relayed_rows(),
+            (added > 0, appended.relayed),
+            (body.has_signal(), body.has_signal()),
             "{body:?}: {added} rows for the relay"
+        );
+        let recorded = notice_of(pool, task_id, appended.first_seq).await;
+        assert_eq!(recorded.is_some(), body.has_notice(), "{body:?}");
+        let Some((id, kind, payload)) = recorded else {
+            continue;
+        };
+        // The notice the writer publishes is the one recorded, and the one the relay would
+        // publish for the range had the writer not.
+        let notice = &appended.direct[1];
+        assert_eq!(notice.msg_id, format!("notification:{id}"));
+        assert_eq!(
+            notice.topic,
+            Topic::Notification(NotificationType::parse(&kind).expect("a notice type"))
+        );
+        assert_eq!(notice.outbox_key, None);
+        let published: serde_json::Value = serde_json::from_str(&notice.payload).expect("JSON");
+        assert_eq!(published, payload);
+        let relayed = overdue(pool, &key).await;
+        let relayed_notice = relayed
+            .iter()
+            .find(|r| r.msg_id == notice.msg_id)
+            .expect("the relay's takeover publishes the notice");
+        assert_eq!(
+            (relayed_notice.topic, &relayed_notice.payload),
+            (notice.topic, &payload)
+        );
+        assert_eq!(relayed.len(), 2, "the event and its notice");
+        // The same notice as the trigger writes for every other writer: the same body by
+        // the relay's way (on a task of its own) differs only in its ids, seq and time.
+        let by_relay = jobs::append_publishing(
+            pool,
+            other,
+            std::slice::from_ref(&body),
+            None,
+            &[],
+            Publish::ByRelay,
+        )
+        .await
+        .expect("append")
+        .expect("held");
+        let (_, trigger_kind, triggered) = notice_of(pool, other_task, by_relay.first_seq)
+            .await
+            .expect("the trigger's notice");
+        assert_eq!(trigger_kind, kind);
+        let same = |mut v: serde_json::Value| {
+            v["timestamp"] = json!(null);
+            for volatile in ["notification_id", "event_seq", "task_id", "job_id"] {
+                v["data"][volatile] = json!(null);
+            }
+            v
+        };
+        assert_eq!(same(triggered), same(payload), "{body:?}");
+        assert!(
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM outbox WHERE topic = 'notification' AND msg_id LIKE '%' || $1"
+            )
+            .bind(id.to_string())
+            .fetch_one(pool)
+            .await
+            .expect("outbox")
+                == 0,
+            "no outbox row of its own for the writer's notice"
         );
     }
     assert!(
@@ -389,4 +478,45 @@ async fn the_relay_forgets_what_the_writer_published_and_publishes_what_it_did_n
         vec![running.msg_id],
         "published by the relay, once"
     );
+
+    // A turn that ends the job, never published: the relay publishes its events and its
+    // notice, which has no outbox row of its own.
+    let mut notices = bus
+        .nats
+        .subscribe(bus.subjects.notify(NotificationType::TaskSucceeded))
+        .await
+        .expect("subscribe");
+    bus.nats.flush().await.expect("flush");
+    let fence = Fence {
+        job_id: abandoned_job,
+        attempt: 1,
+    };
+    let end = EventBody::JobState(JobStateChange::new(JobStatus::Succeeded, 1));
+    let appended = jobs::append_publishing(
+        &pool,
+        fence,
+        &[end],
+        Some(&Transition::to(JobStatus::Succeeded)),
+        &[],
+        Publish::Directly,
+    )
+    .await
+    .expect("append")
+    .expect("held");
+    let notice = appended.direct[1].clone();
+    wait_outbox_empty(&pool, abandoned).await;
+    let heard = tokio::time::timeout(Duration::from_secs(10), notices.next())
+        .await
+        .expect("the notice in time")
+        .expect("a notice");
+    let id = heard
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Msg-Id"))
+        .map(|v| v.as_str().to_owned());
+    assert_eq!(id.as_deref(), Some(notice.msg_id.as_str()));
+    assert_eq!(heard.subject.as_str(), bus.subjects.of_topic(notice.topic));
+    let payload: serde_json::Value = serde_json::from_slice(&heard.payload).expect("JSON");
+    assert_eq!(payload["type"], "task.succeeded");
+    assert_eq!(payload["data"]["task_id"], json!(abandoned.0));
 }

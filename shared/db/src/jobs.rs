@@ -101,8 +101,12 @@ pub enum Publish {
 pub struct Appended {
     /// The task-wide seq of the first appended event.
     pub first_seq: i64,
-    /// With [`Publish::Directly`]: the events, for the writer to publish.
+    /// With [`Publish::Directly`]: the events, then the notices the statement wrote, for the
+    /// writer to publish.
     pub direct: Vec<Direct>,
+    /// The statement left rows for the relay to publish (a signal, a webhook delivery; with
+    /// [`Publish::ByRelay`], everything): the writer wakes it.
+    pub relayed: bool,
 }
 
 /// What the turn's statement returns.
@@ -113,6 +117,10 @@ struct TurnRow {
     traceparent: Option<String>,
     now: chrono::DateTime<chrono::Utc>,
     a2a_push: bool,
+    /// The notices the statement wrote (`[{id, kind, payload}]`).
+    notices: Value,
+    /// It wrote webhook deliveries for the relay to publish.
+    deliveries: bool,
 }
 
 /// [`append_delivering`], saying who publishes the events.
@@ -133,12 +141,17 @@ pub async fn append_publishing(
     // The model's result or a tool's error text may carry a NUL (see `storable`).
     let result = transition.and_then(|t| t.result.as_deref().map(storable::text));
     let error = transition.and_then(|t| t.error.as_deref().map(storable::text));
-    // Two statements that differ only in marking delivered comments: a data-modifying CTE is
-    // set up at every execution (its table and indexes opened and locked) even when nothing
-    // passes its condition, and almost every turn delivers nothing
+    // A writer publishing its events itself writes their notices too, and publishes them
+    // (migration `0026`); otherwise the `events_to_notices` trigger writes them for the relay.
+    let notices = publish == Publish::Directly && events.iter().any(EventBody::has_notice);
+    let writes_notices = if notices { "on" } else { "" };
+    // Four statements: with or without marking delivered comments, and with or without the
+    // notices' CTEs. A data-modifying CTE is set up at every execution (its table and indexes
+    // opened and locked) even when nothing passes its condition, and almost every turn
+    // delivers nothing and ends nothing
     // (docs/performance.md#2026-12-04-the-turn-without-the-comment-update).
     macro_rules! turn {
-        ($($deliver:literal)?) => {
+        (@statement $deliver:literal, $notices:literal, $returned:literal) => {
             sqlx::query_as!(
                 TurnRow,
                 r#"
@@ -163,18 +176,18 @@ pub async fn append_publishing(
                             OR pending_interjections = cardinality($11::uuid[]))
                  RETURNING id, task_id, traceparent, last_job_seq - cardinality($3::text[]) AS base
                 ), d AS (
-                    -- Read by the outbox trigger as each event is inserted (migration 0024): the
-                    -- event insert reads it, so it is set first.
-                    SELECT set_config('maestro.writes_range_row', $13, true) AS grace
-                "#
-                $(+ $deliver)? +
-                r#"
+                    -- Read by the outbox and notice triggers as each event is inserted
+                    -- (migrations 0024, 0026): the event insert reads it, so it is set first.
+                    SELECT set_config('maestro.writes_range_row', $13, true) AS grace,
+                           set_config('maestro.writes_notices', $14, true) AS notices
+                "# + $deliver + r#"
                 ), t AS (
                     -- `updated_at` is when the task's state last changed (docs/api.md).
                     UPDATE tasks SET last_seq = last_seq + cardinality($3::text[]),
                                      updated_at = CASE WHEN $5::text IS NULL THEN updated_at ELSE now() END
                       FROM j WHERE tasks.id = j.task_id
-                 RETURNING tasks.id, tasks.last_seq - cardinality($3::text[]) AS base
+                 RETURNING tasks.id, tasks.last_seq - cardinality($3::text[]) AS base,
+                           tasks.owner, tasks.schedule_id
                 ), e AS (
                     INSERT INTO events (task_id, seq, job_id, job_seq, kind, payload)
                     SELECT t.id, t.base + x.ord, j.id, j.base + x.ord, x.kind,
@@ -189,18 +202,21 @@ pub async fn append_publishing(
                       FROM j, t, d,
                            unnest($3::text[], $4::jsonb[]) WITH ORDINALITY AS x(kind, payload, ord)
                 ), range AS (
-                    -- Published directly: the statement's events are one range (`outbox::Written`).
+                    -- Published directly: the statement's events are one range
+                    -- (`outbox::Written`), and it stands for their notices too.
                     INSERT INTO outbox (topic, task_id, msg_id, payload, relay_after)
                     SELECT 'events', t.id, 'events:' || t.id || ':' || (t.base + 1),
                            jsonb_build_object('first', t.base + 1,
                                               'last', t.base + cardinality($3::text[])),
                            now() + d.grace::interval
                       FROM t, d WHERE d.grace <> '' AND cardinality($3::text[]) > 0
+                "# + $notices + r#"
                 )
                 SELECT t.base AS "base!", j.base AS "job_base!", t.id AS "task_id!", j.traceparent,
                        now() AS "now!",
                        d.grace <> '' AND EXISTS (SELECT 1 FROM a2a_push_configs c
-                                                  WHERE c.task_id = t.id) AS "a2a_push!"
+                                                  WHERE c.task_id = t.id) AS "a2a_push!",
+                "# + $returned + r#"
                   FROM t, j, d
                 "#,
                 fence.job_id.0,
@@ -216,31 +232,76 @@ pub async fn append_publishing(
                 delivered,
                 transition.and_then(|t| t.branch.as_deref()),
                 publish.grace(),
+                writes_notices,
             )
             .fetch_optional(pool)
             .await?
         };
-    }
-    let row = if delivered.is_empty() {
-        turn!()
-    } else {
-        turn!(
-            r#"
+        // Marks the delivered interjections, through `comments_undelivered` (a generic plan of
+        // `id = ANY($11)` alone scans every comment of every task).
+        (deliver, $notices:ident) => {
+            turn!(@notices r#"
             ), c AS (
-                -- Through `comments_undelivered` (a generic plan of `id = ANY($11)` alone
-                -- scans every comment of every task).
                 UPDATE comments SET delivered_at = now()
                   FROM j WHERE comments.job_id = j.id AND comments.id = ANY($11)
                            AND comments.kind IN ('interjection', 'addition')
                            AND comments.delivered_at IS NULL
-            "#
-        )
+            "#, $notices)
+        };
+        (none, $notices:ident) => {
+            turn!(@notices "", $notices)
+        };
+        // The notices of the statement's notice-worthy events (`notice_kind`), as the trigger
+        // writes them, with one pending delivery per webhook subscription of the owner that
+        // wants the type and its outbox row (`publish_notice`).
+        (@notices $deliver:literal, notices) => {
+            turn!(@statement $deliver, r#"
+            ), n AS (
+                INSERT INTO notifications (id, owner, kind, task_id, job_id, event_seq, payload)
+                SELECT x.id, t.owner, x.notice, t.id, j.id, t.base + x.ord,
+                       notice_payload(x.notice, x.kind, x.payload, x.id, t.id, j.id,
+                                      t.base + x.ord, t.owner, t.schedule_id, now())
+                  FROM j, t, (SELECT uuid_v7() AS id, notice_kind(u.kind, u.payload) AS notice,
+                                     u.kind, u.payload, u.ord
+                                FROM unnest($3::text[], $4::jsonb[]) WITH ORDINALITY
+                                     AS u(kind, payload, ord)
+                               WHERE notice_kind(u.kind, u.payload) IS NOT NULL) x
+                ON CONFLICT (task_id, event_seq) DO NOTHING
+             RETURNING id, kind, payload
+            ), wd AS (
+                INSERT INTO webhook_deliveries (id, subscription_id, notification_id, status)
+                SELECT gen_random_uuid(), s.id, n.id, 'pending'
+                  FROM n, t, webhook_subscriptions s
+                 WHERE s.owner = t.owner AND s.deleted_at IS NULL AND s.disabled_at IS NULL
+                   AND n.kind = ANY (s.event_types)
+             RETURNING id
+            ), wo AS (
+                INSERT INTO outbox (topic, kind, msg_id, payload, traceparent)
+                SELECT 'webhook_delivery', NULL, 'delivery:' || wd.id,
+                       jsonb_build_object('delivery_id', wd.id), j.traceparent
+                  FROM wd, j
+            "#, r#"
+                       (SELECT COALESCE(jsonb_agg(jsonb_build_object('id', n.id, 'kind', n.kind,
+                                                                     'payload', n.payload)), '[]')
+                          FROM n) AS "notices!",
+                       EXISTS (SELECT 1 FROM wd) AS "deliveries!"
+            "#)
+        };
+        (@notices $deliver:literal, none) => {
+            turn!(@statement $deliver, "", r#"'[]'::jsonb AS "notices!", false AS "deliveries!""#)
+        };
+    }
+    let row = match (delivered.is_empty(), notices) {
+        (true, false) => turn!(none, none),
+        (true, true) => turn!(none, notices),
+        (false, false) => turn!(deliver, none),
+        (false, true) => turn!(deliver, notices),
     };
     let Some(r) = row else {
         return Ok(Err(Fenced(fence.job_id)));
     };
-    let direct = match publish {
-        Publish::ByRelay => Vec::new(),
+    let (direct, relayed) = match publish {
+        Publish::ByRelay => (Vec::new(), true),
         Publish::Directly => {
             let written = crate::outbox::Written {
                 task_id: TaskId(r.task_id),
@@ -251,12 +312,16 @@ pub async fn append_publishing(
             };
             let stored = as_stored(events, payloads, r.base + 1);
             let first = (r.base + 1, r.job_base + 1);
-            written.events(first, events.iter().map(EventBody::kind).zip(stored))
+            let mut direct = written.events(first, events.iter().map(EventBody::kind).zip(stored));
+            direct.extend(written.notices(r.notices)?);
+            let signals = events.iter().any(EventBody::has_signal);
+            (direct, signals || r.deliveries)
         }
     };
     Ok(Ok(Appended {
         first_seq: r.base + 1,
         direct,
+        relayed,
     }))
 }
 

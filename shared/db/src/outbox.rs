@@ -13,6 +13,7 @@
 //! it saves is a flush the relay would wait for beside the job path's own commits.
 
 use chrono::{DateTime, Utc};
+use maestro_domain::notification::NotificationType;
 use maestro_domain::topic::{Direct, Topic};
 use maestro_domain::{Event, EventKind, JobId, TaskId};
 use serde_json::Value;
@@ -89,8 +90,10 @@ pub async fn lock_batch(conn: &mut PgConnection, limit: i64) -> Result<Vec<Outbo
 /// Lock rows their writer was to publish itself and has not said it did, once their grace is
 /// over (the writer stopped between its commit and its publish, or its notice was lost), and
 /// return what the relay publishes for them: a range row (topic `events`, migration `0022`)
-/// becomes its events, read from `events` and rendered as the trigger renders a relayed event
-/// (every one carries the range row's `id`, which [`delete`] takes).
+/// becomes its events, read from `events` and rendered as the trigger renders a relayed event,
+/// and the notices recorded for those events (every one carries the range row's `id`, which
+/// [`delete`] takes). A notice also published by its own row (a writer from before migration
+/// `0026`) is dropped by the stream as a repeat of its `msg_id`.
 pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<OutboxRow>, DbError> {
     let rows = sqlx::query_as!(
         Stored,
@@ -110,6 +113,16 @@ pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<Out
                                          AND (o.payload ->> 'last')::bigint
               LEFT JOIN jobs j ON j.id = e.job_id
             UNION ALL
+            -- The notices the range's statement wrote with its events (migration 0026), each
+            -- as `publish_notice`'s row would be published.
+            SELECT o.id, 'notification', NULL, n.kind, 'notification:' || n.id, n.payload,
+                   j.traceparent, n.event_seq
+              FROM o
+              JOIN notifications n ON o.topic = 'events' AND n.task_id = o.task_id
+                                  AND n.event_seq BETWEEN (o.payload ->> 'first')::bigint
+                                                      AND (o.payload ->> 'last')::bigint
+              LEFT JOIN jobs j ON j.id = n.job_id
+            UNION ALL
             -- A row as 0021 wrote it: the event itself.
             SELECT id, topic, task_id, kind, msg_id, payload, traceparent, 0
               FROM o WHERE o.topic <> 'events'
@@ -120,7 +133,7 @@ pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<Out
                                                         WHERE c.task_id = published.task_id), false)
                    AS "a2a_push!"
           FROM published
-         ORDER BY id, seq
+         ORDER BY id, seq, topic
         "#,
         limit
     )
@@ -179,6 +192,35 @@ impl Written {
             later.outbox_key = None;
         }
         events
+    }
+
+    /// The notices the statement wrote (`[{id, kind, payload}]`, as the turn statement
+    /// returns them), each as the relay would publish its row: on its type's subject, with
+    /// `msg_id` `notification:<id>`. The statement's range row stands for them
+    /// ([`lock_overdue`]), so none carries a key of its own.
+    pub fn notices(&self, notices: Value) -> Result<Vec<Direct>, DbError> {
+        #[derive(serde::Deserialize)]
+        struct Notice {
+            id: uuid::Uuid,
+            kind: String,
+            payload: Value,
+        }
+        let notices: Vec<Notice> = serde_json::from_value(notices).map_err(DbError::corrupt)?;
+        notices
+            .into_iter()
+            .map(|n| {
+                let kind = NotificationType::parse(&n.kind)
+                    .ok_or_else(|| DbError::corrupt(format!("unknown notice kind {:?}", n.kind)))?;
+                Ok(Direct {
+                    topic: Topic::Notification(kind),
+                    msg_id: format!("notification:{}", n.id),
+                    payload: n.payload.to_string(),
+                    traceparent: self.traceparent.clone(),
+                    a2a_push: false,
+                    outbox_key: None,
+                })
+            })
+            .collect()
     }
 
     /// One event of this statement, the first (and only) of its range.

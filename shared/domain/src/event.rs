@@ -147,12 +147,9 @@ impl EventBody {
         }
     }
 
-    /// Whether writing this event also writes outbox rows only the relay publishes: a
-    /// notice (`events_to_notices`: a decision, a job that ended or waits for a person) or a
-    /// signal (`events_to_outbox`: a decision, a cancel). A writer that publishes its events
-    /// itself wakes the relay for these; were this to miss a case, the relay's poll would
-    /// still publish the rows, later.
-    pub fn has_relayed_rows(&self) -> bool {
+    /// Whether the event makes a notice (`notice_kind`, migration `0026`): a decision, or a
+    /// job that ended or waits for a person.
+    pub fn has_notice(&self) -> bool {
         match self {
             EventBody::Decision(_) => true,
             EventBody::JobState(change) => matches!(
@@ -162,6 +159,18 @@ impl EventBody {
                     | JobStatus::Cancelled
                     | JobStatus::WaitingHuman
             ),
+            _ => false,
+        }
+    }
+
+    /// Whether writing the event also writes a signal, which only the relay publishes
+    /// (`events_to_outbox`): a decision, a cancel. A writer that publishes its events itself
+    /// wakes the relay for it; were this to miss a case, the relay's poll would still publish
+    /// the row, later.
+    pub fn has_signal(&self) -> bool {
+        match self {
+            EventBody::Decision(_) => true,
+            EventBody::JobState(change) => change.status == JobStatus::Cancelled,
             _ => false,
         }
     }

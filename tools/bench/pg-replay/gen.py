@@ -70,23 +70,54 @@ WITH task AS (
 SELECT task.created_at, d.grace <> '' AS direct FROM task, d;
 """
 
-# The writers' notices name each statement's range row; the relay deletes them, and publishes
-# and deletes the task's notice (both with asynchronous commits).
+# The writers' notices name each statement's range row; the relay deletes them (with an
+# asynchronous commit). The task's notice is the final turn's, published by its writer
+# (migration 0026): the relay has no row of it to publish and delete.
 FORGET = """WITH s AS (SELECT set_config('synchronous_commit', 'off', true))
 DELETE FROM outbox USING s WHERE relay_after IS NOT NULL
    AND msg_id = ANY(ARRAY(SELECT 'events:' || :tid::text || ':' || f FROM unnest(ARRAY[1, 2, 3, 9]) f));
-WITH s AS (SELECT set_config('synchronous_commit', 'off', true))
-DELETE FROM outbox USING s WHERE id IN (SELECT id FROM outbox WHERE relay_after IS NULL
-                                          ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED);
 """
 
 
-def append(turn, to):
+# The notices' CTEs and columns of a turn with a notice-worthy event (migration 0026).
+NOTICES = """), n AS (
+    INSERT INTO notifications (id, owner, kind, task_id, job_id, event_seq, payload)
+    SELECT x.id, t.owner, x.notice, t.id, j.id, t.base + x.ord,
+           notice_payload(x.notice, x.kind, x.payload, x.id, t.id, j.id, t.base + x.ord, t.owner,
+                          t.schedule_id, now())
+      FROM j, t, (SELECT uuid_v7() AS id, notice_kind(u.kind, u.payload) AS notice, u.kind,
+                         u.payload, u.ord
+                    FROM unnest($KINDS, $PAYLOADS) WITH ORDINALITY AS u(kind, payload, ord)
+                   WHERE notice_kind(u.kind, u.payload) IS NOT NULL) x
+    ON CONFLICT (task_id, event_seq) DO NOTHING
+ RETURNING id, kind, payload
+), wd AS (
+    INSERT INTO webhook_deliveries (id, subscription_id, notification_id, status)
+    SELECT gen_random_uuid(), s.id, n.id, 'pending'
+      FROM n, t, webhook_subscriptions s
+     WHERE s.owner = t.owner AND s.deleted_at IS NULL AND s.disabled_at IS NULL
+       AND n.kind = ANY (s.event_types)
+ RETURNING id
+), wo AS (
+    INSERT INTO outbox (topic, kind, msg_id, payload, traceparent)
+    SELECT 'webhook_delivery', NULL, 'delivery:' || wd.id, jsonb_build_object('delivery_id', wd.id),
+           j.traceparent
+      FROM wd, j
+"""
+NOTICED = """(SELECT COALESCE(jsonb_agg(jsonb_build_object('id', n.id, 'kind', n.kind, 'payload', n.payload)),
+                 '[]') FROM n) AS notices,
+       EXISTS (SELECT 1 FROM wd) AS deliveries"""
+
+
+def append(turn, to, notices=False):
     template = (HERE / "append.sql").read_text()
+    template = (template.replace("$WRITES_NOTICES", "'on'" if notices else "''")
+                .replace("$NOTICES", NOTICES if notices else "")
+                .replace("$NOTICED", NOTICED if notices else "'[]'::jsonb AS notices, false AS deliveries"))
     return (template.replace("$KINDS", kinds(turn[0])).replace("$PAYLOADS", payloads(turn[1]))
             .replace("$TO", to))
 
 
 script = (CREATE + (HERE / "claim.sql").read_text() + append(TURN1, "NULL::text")
-          + append(TURN2, "'succeeded'::text") + FORGET)
+          + append(TURN2, "'succeeded'::text", notices=True) + FORGET)
 (HERE / "job.sql").write_text(script)

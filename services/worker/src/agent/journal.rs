@@ -411,9 +411,9 @@ struct Writer {
 
 impl Writer {
     /// One statement with the events (and the state change), then what it announces: the
-    /// job's own events go to NATS from here, right after the commit; the relay publishes only
-    /// what else the commit wrote (notices, signals), and these if this publish does not
-    /// happen (docs/architecture.md#the-outbox). The deltas published after the events follow
+    /// job's own events and their notices go to NATS from here, right after the commit; the
+    /// relay publishes only what else the commit wrote (signals, webhook deliveries), and the
+    /// rest if this publish does not happen (docs/architecture.md#the-outbox). The deltas published after the events follow
     /// them.
     async fn write(
         &self,
@@ -438,7 +438,7 @@ impl Writer {
         self.committed.store(last_seq, Ordering::Release);
         self.bus.publish_direct(appended.direct).await;
         let over = transition.is_some_and(|t| t.to.is_terminal());
-        let mut after = if events.iter().any(EventBody::has_relayed_rows) {
+        let mut after = if appended.relayed {
             AfterCommit::events()
         } else {
             AfterCommit::none()
