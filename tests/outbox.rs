@@ -77,6 +77,19 @@ async fn overdue(pool: &sqlx::PgPool, key: &str) -> Vec<maestro_db::outbox::Outb
     rows
 }
 
+/// Append one event, no state change, under `fence`.
+async fn append_one(
+    pool: &sqlx::PgPool,
+    fence: Fence,
+    body: &EventBody,
+    publish: Publish,
+) -> jobs::Appended {
+    jobs::append_publishing(pool, fence, std::slice::from_ref(body), None, &[], publish)
+        .await
+        .expect("append")
+        .expect("held")
+}
+
 /// The notice recorded for the event `seq` of `task_id`: (id, kind, payload).
 async fn notice_of(
     pool: &sqlx::PgPool,
@@ -107,7 +120,7 @@ fn decision(status: JobStatus) -> EventBody {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay() {
+async fn a_writer_publishing_itself_publishes_its_notices_and_leaves_only_signals_to_the_relay() {
     let db = TestDb::create().await.expect("database");
     let pool = &db.pool;
     let (task_id, job_id) = db.queued_task("alice", "direct").await.expect("task");
@@ -160,17 +173,7 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
     ))));
     for body in bodies {
         let before = relayed_now(pool).await;
-        let appended = jobs::append_publishing(
-            pool,
-            fence,
-            std::slice::from_ref(&body),
-            None,
-            &[],
-            Publish::Directly,
-        )
-        .await
-        .expect("append")
-        .expect("held");
+        let appended = append_one(pool, fence, &body, Publish::Directly).await;
         assert_eq!(
             appended.direct.len(),
             1 + usize::from(body.has_notice()),
@@ -216,17 +219,7 @@ async fn a_writer_publishing_itself_leaves_only_notices_and_signals_to_the_relay
         assert_eq!(relayed.len(), 2, "the event and its notice");
         // The same notice as the trigger writes for every other writer: the same body by
         // the relay's way (on a task of its own) differs only in its ids, seq and time.
-        let by_relay = jobs::append_publishing(
-            pool,
-            other,
-            std::slice::from_ref(&body),
-            None,
-            &[],
-            Publish::ByRelay,
-        )
-        .await
-        .expect("append")
-        .expect("held");
+        let by_relay = append_one(pool, other, &body, Publish::ByRelay).await;
         let (_, trigger_kind, triggered) = notice_of(pool, other_task, by_relay.first_seq)
             .await
             .expect("the trigger's notice");
