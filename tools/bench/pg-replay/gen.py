@@ -110,7 +110,10 @@ NOTICED = """(SELECT COALESCE(jsonb_agg(jsonb_build_object('id', n.id, 'kind', n
 
 
 def append(turn, to, notices=False):
-    template = (HERE / "append.sql").read_text()
+    # The file's header comment names the placeholders: leave it out, or they are filled in
+    # there too (and a multi-line one ends the comment).
+    template = "\n".join(line for line in (HERE / "append.sql").read_text().splitlines()
+                          if not line.startswith("--")) + "\n"
     template = (template.replace("$WRITES_NOTICES", "'on'" if notices else "''")
                 .replace("$NOTICES", NOTICES if notices else "")
                 .replace("$NOTICED", NOTICED if notices else "'[]'::jsonb AS notices, false AS deliveries"))
