@@ -103,24 +103,25 @@ pub async fn lock_overdue(conn: &mut PgConnection, limit: i64) -> Result<Vec<Out
               FROM outbox
              WHERE relay_after <= now()
              ORDER BY id LIMIT $1 FOR UPDATE OF outbox SKIP LOCKED
+        ), ranges AS (
+            SELECT id, task_id, (payload ->> 'first')::bigint AS first,
+                   (payload ->> 'last')::bigint AS last
+              FROM o WHERE topic = 'events'
         ), published AS (
-            SELECT o.id, 'event' AS topic, e.task_id, e.kind,
+            SELECT r.id, 'event' AS topic, e.task_id, e.kind,
                    'event:' || e.task_id || ':' || e.seq AS msg_id, to_jsonb(e) AS payload,
                    j.traceparent, e.seq
-              FROM o
-              JOIN events e ON o.topic = 'events' AND e.task_id = o.task_id
-                           AND e.seq BETWEEN (o.payload ->> 'first')::bigint
-                                         AND (o.payload ->> 'last')::bigint
+              FROM ranges r
+              JOIN events e ON e.task_id = r.task_id AND e.seq BETWEEN r.first AND r.last
               LEFT JOIN jobs j ON j.id = e.job_id
             UNION ALL
             -- The notices the range's statement wrote with its events (migration 0026), each
             -- as `publish_notice`'s row would be published.
-            SELECT o.id, 'notification', NULL, n.kind, 'notification:' || n.id, n.payload,
+            SELECT r.id, 'notification', NULL, n.kind, 'notification:' || n.id, n.payload,
                    j.traceparent, n.event_seq
-              FROM o
-              JOIN notifications n ON o.topic = 'events' AND n.task_id = o.task_id
-                                  AND n.event_seq BETWEEN (o.payload ->> 'first')::bigint
-                                                      AND (o.payload ->> 'last')::bigint
+              FROM ranges r
+              JOIN notifications n ON n.task_id = r.task_id
+                                  AND n.event_seq BETWEEN r.first AND r.last
               LEFT JOIN jobs j ON j.id = n.job_id
             UNION ALL
             -- A row as 0021 wrote it: the event itself.

@@ -80,7 +80,7 @@ impl FirstCall {
         let shared = shared.clone();
         let (decided, reads) = oneshot::channel();
         let call = tokio::spawn(
-            async move { request(&shared, claim, decided).await }.instrument(span.clone()),
+            async move { request(&shared, &claim, decided).await }.instrument(span.clone()),
         );
         Some(Self {
             call,
@@ -150,10 +150,9 @@ fn counted(outcome: &'static str) {
 /// said on `decided`.
 async fn request(
     shared: &Shared,
-    claim: Claimed,
+    claim: &Claimed,
     decided: oneshot::Sender<Vec<Read>>,
 ) -> Option<(Bytes, Result<ChatStream, LlmError>)> {
-    let claim = &claim;
     let piece = shared.catalog.get(&claim.piece)?;
     let start = claim
         .start_movement
@@ -188,23 +187,20 @@ async fn request(
         tools: Some(&offered.tools.json),
         messages: &messages,
     });
-    let answer = match shared.llm.stream_body_read_ahead(body.clone()).await {
-        Ok((answer, copy)) => {
-            let opened = early_reads::Opened {
-                claim: claim.clone(),
-                movement: start.name.clone(),
-                // The tools its start movement may use.
-                specs: (offered.tools.specs.iter())
-                    .filter(|spec| start.refusal(&spec.name).is_none())
-                    .cloned()
-                    .collect(),
-            };
-            let reads = early_reads::send(shared.clone(), opened, copy, decided);
-            tokio::spawn(reads.in_current_span());
-            Ok(answer)
-        }
-        Err(e) => Err(e),
-    };
+    let answer = (shared.llm.stream_body_read_ahead(body.clone()).await).map(|(answer, copy)| {
+        let opened = early_reads::Opened {
+            claim: claim.clone(),
+            movement: start.name.clone(),
+            // The tools its start movement may use.
+            specs: (offered.tools.specs.iter())
+                .filter(|spec| start.refusal(&spec.name).is_none())
+                .cloned()
+                .collect(),
+        };
+        let reads = early_reads::send(shared.clone(), opened, copy, decided);
+        tokio::spawn(reads.in_current_span());
+        answer
+    });
     Some((body, answer))
 }
 
