@@ -413,8 +413,8 @@ impl Writer {
     /// One statement with the events (and the state change), then what it announces: the
     /// job's own events and their notices go to NATS from here, right after the commit; the
     /// relay publishes only what else the commit wrote (signals, webhook deliveries), and the
-    /// rest if this publish does not happen (docs/architecture.md#the-outbox). The deltas published after the events follow
-    /// them.
+    /// rest if this publish does not happen (docs/architecture.md#the-outbox). The deltas
+    /// published after the events follow them.
     async fn write(
         &self,
         events: &[EventBody],
