@@ -371,11 +371,7 @@ async fn a_task_created_by_a_writer_publishing_itself_leaves_one_range_row() {
 
 async fn bus(stack: &Stack) -> Bus {
     let nats = async_nats::connect(&stack.nats.url).await.expect("NATS");
-    Bus {
-        js: async_nats::jetstream::new(nats.clone()),
-        nats,
-        subjects: Subjects::new(&stack.prefix).expect("prefix"),
-    }
+    Bus::new(nats, Subjects::new(&stack.prefix).expect("prefix"))
 }
 
 /// The ids of every message on the task's event subjects from now on (core NATS: repeats

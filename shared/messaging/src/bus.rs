@@ -10,13 +10,25 @@
 //! interjections on its own. Signals to running jobs (a comment, a cancel) are outbox rows
 //! written with the change (`<p>.signals.<task>.<kind>`, docs/architecture.md#signals).
 
+use std::time::Duration;
+
 use async_nats::jetstream;
 use async_nats::jetstream::context::PublishAckFuture;
 use bytes::Bytes;
+use tokio::sync::mpsc;
 use maestro_domain::{JobId, TaskId};
 
 use crate::Subjects;
 use crate::payloads::{JobDispatch, ToolsCancel};
+
+/// How long a writer gathers the keys of the rows it published itself before it tells the
+/// relay: one `<p>.outbox.published` message per window instead of one per commit (three per
+/// job, each waking nats-server and the relay). Far inside the relay's grace for such rows
+/// (`maestro_db::outbox::DIRECT_GRACE`, 2 s), and the relay gathers its deletes for 100 ms
+/// anyway.
+const PUBLISHED_WINDOW: Duration = Duration::from_millis(25);
+/// A window's message is sent early once its keys reach this many bytes.
+const PUBLISHED_MAX_BYTES: usize = 64 * 1024;
 
 /// A service's connection to NATS and JetStream, with its deployment's subjects.
 #[derive(Debug, Clone)]
@@ -24,6 +36,7 @@ pub struct Bus {
     pub nats: async_nats::Client,
     pub js: jetstream::Context,
     pub subjects: Subjects,
+    published: Published,
 }
 
 /// What must follow a commit. Build it next to the write it follows, then hand it to
@@ -107,6 +120,18 @@ impl AfterCommit {
 }
 
 impl Bus {
+    /// The bus of a service connected by `nats`. Starts the task that tells the outbox relay
+    /// which rows this process published itself, so it must be called on a Tokio runtime.
+    pub fn new(nats: async_nats::Client, subjects: Subjects) -> Self {
+        let published = Published::start(nats.clone(), subjects.outbox_published());
+        Self {
+            js: jetstream::new(nats.clone()),
+            nats,
+            subjects,
+            published,
+        }
+    }
+
     /// Do what follows a commit (best effort; see the module's documentation).
     pub async fn after_commit(&self, after: AfterCommit) {
         if after.outbox {
@@ -153,9 +178,10 @@ impl Bus {
     /// path's: `maestro_db::jobs::Publish::Directly`), then tell the relay, by the keys of the
     /// outbox rows that stand for them, so it deletes those rows without publishing the
     /// events again. The messages are sent in order before this returns, so a writer's next
-    /// commit cannot overtake them; the acknowledgements are awaited in the background. Best
-    /// effort: events not confirmed here are published by the relay once the grace of their
-    /// row is over (a repeat is dropped by its `Nats-Msg-Id`).
+    /// commit cannot overtake them; the acknowledgements are awaited in the background, and
+    /// the keys of the acknowledged rows go to the relay with the others of their
+    /// [`PUBLISHED_WINDOW`]. Best effort: events not confirmed here are published by the relay
+    /// once the grace of their row is over (a repeat is dropped by its `Nats-Msg-Id`).
     pub async fn publish_direct(&self, rows: Vec<maestro_domain::topic::Direct>) {
         if rows.is_empty() {
             return;
@@ -186,11 +212,10 @@ impl Bus {
                 ids.push_str(key);
             }
         }
-        let nats = self.nats.clone();
-        let subject = self.subjects.outbox_published();
         if ids.is_empty() {
             return;
         }
+        let published = self.published.clone();
         tokio::spawn(async move {
             for ack in acks {
                 if let Err(e) = ack.await {
@@ -198,9 +223,7 @@ impl Bus {
                     return;
                 }
             }
-            if let Err(e) = nats.publish(subject, Bytes::from(ids)).await {
-                tracing::warn!(error = %e, "cannot tell the relay what was published; it will publish it again");
-            }
+            published.add(ids);
         });
     }
 
@@ -235,6 +258,50 @@ impl Bus {
     async fn signal(&self, subject: String, payload: Bytes, to: &str) {
         if let Err(e) = self.nats.publish(subject, payload).await {
             tracing::warn!(error = %e, "cannot signal {to}; it will find out on its own");
+        }
+    }
+}
+
+/// The keys of the outbox rows this process published itself, on their way to the relay.
+#[derive(Debug, Clone)]
+struct Published(mpsc::UnboundedSender<String>);
+
+impl Published {
+    fn start(nats: async_nats::Client, subject: String) -> Self {
+        let (keys, gathered) = mpsc::unbounded_channel();
+        tokio::spawn(tell_relay(nats, subject, gathered));
+        Self(keys)
+    }
+
+    /// Newline-separated keys whose rows' messages JetStream acknowledged.
+    fn add(&self, keys: String) {
+        // The receiver lives as long as any sender: this cannot fail.
+        let _ = self.0.send(keys);
+    }
+}
+
+/// Send the keys on `subject`, one message per [`PUBLISHED_WINDOW`] from the first key of
+/// each, until every [`Bus`] of the process is gone. A message lost here (the process ends
+/// within the window) leaves its rows to the relay's poll, which publishes them again: the
+/// repeat is dropped by its `Nats-Msg-Id`.
+async fn tell_relay(
+    nats: async_nats::Client,
+    subject: String,
+    mut gathered: mpsc::UnboundedReceiver<String>,
+) {
+    while let Some(mut keys) = gathered.recv().await {
+        let until = tokio::time::Instant::now() + PUBLISHED_WINDOW;
+        while keys.len() < PUBLISHED_MAX_BYTES {
+            match tokio::time::timeout_at(until, gathered.recv()).await {
+                Ok(Some(more)) => {
+                    keys.push('\n');
+                    keys.push_str(&more);
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if let Err(e) = nats.publish(subject.clone(), Bytes::from(keys)).await {
+            tracing::warn!(error = %e, "cannot tell the relay what was published; it will publish it again");
         }
     }
 }

@@ -1,7 +1,6 @@
 //! The connections a service works with: Postgres (migrated when asked), NATS and JetStream
 //! (with MAESTRO's streams in place), and the deployment's subject names.
 
-use async_nats::jetstream;
 use maestro_db::PgPool;
 use maestro_messaging::setup::{self, SetupError};
 use maestro_messaging::{Bus, InvalidPrefix, Subjects};
@@ -42,11 +41,8 @@ impl Infra {
             maestro_db::migrate(&pool).await?;
         }
         let nats = maestro_messaging::connect(&common.nats_url, client_name).await?;
-        let js = jetstream::new(nats.clone());
-        setup::ensure_streams(&js, &subjects, &common.streams).await?;
-        Ok(Self {
-            pool,
-            bus: Bus { nats, js, subjects },
-        })
+        let bus = Bus::new(nats, subjects);
+        setup::ensure_streams(&bus.js, &bus.subjects, &common.streams).await?;
+        Ok(Self { pool, bus })
     }
 }

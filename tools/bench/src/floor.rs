@@ -343,11 +343,10 @@ impl Env {
         let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
         let pool = maestro_db::connect(&var("DATABASE_URL")?, 16).await?;
         let nats = maestro_messaging::connect(&var("NATS_URL")?, role).await?;
-        let js = async_nats::jetstream::new(nats.clone());
         let subjects = Subjects::new(&var("SUBJECT_PREFIX")?)?;
         Ok(Self {
             pool,
-            bus: Bus { nats, js, subjects },
+            bus: Bus::new(nats, subjects),
             llm: var("LLM_BASE_URL")?,
             dir: var("FLOOR_DIR")?.into(),
             workspaces: var("WORKSPACES_DIR")?.into(),
