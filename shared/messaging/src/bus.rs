@@ -15,8 +15,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::jetstream::context::PublishAckFuture;
 use bytes::Bytes;
-use tokio::sync::mpsc;
 use maestro_domain::{JobId, TaskId};
+use tokio::sync::mpsc;
 
 use crate::Subjects;
 use crate::payloads::{JobDispatch, ToolsCancel};
