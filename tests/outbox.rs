@@ -509,3 +509,57 @@ async fn the_relay_forgets_what_the_writer_published_and_publishes_what_it_did_n
     assert_eq!(payload["type"], "task.succeeded");
     assert_eq!(payload["data"]["task_id"], json!(abandoned.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_stops_tells_the_relay_what_it_published_before_it_goes() {
+    let mut stack = Stack::up(StackOptions::new(json!({"scenarios": []}))).await;
+    // This test is the worker.
+    stack.kill("worker").await;
+    let listener = bus(&stack).await;
+    let pool = stack.db.pool.clone();
+    let (task, job) = stack
+        .db
+        .queued_task("alice", "stopping")
+        .await
+        .expect("task");
+    wait_outbox_empty(&pool, task).await;
+    let mut told = listener
+        .nats
+        .subscribe(listener.subjects.outbox_published())
+        .await
+        .expect("subscribe");
+    listener.nats.flush().await.expect("flush");
+    let running = claim(&pool, job).await.running.expect("running");
+    let key = running
+        .outbox_key
+        .clone()
+        .expect("a row that waits for its writer");
+
+    // A writer process of its own (runtime, connection and bus) that publishes the claim's
+    // events, finishes as a stopping service does, and is gone at once: nothing of it runs
+    // on after `finish` returns, so the relay hears of the row only if `finish` told it.
+    let url = stack.nats.url.clone();
+    let prefix = stack.prefix.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let nats = async_nats::connect(&url).await.expect("NATS");
+            let writer = Bus::new(nats, Subjects::new(&prefix).expect("prefix"));
+            writer.publish_direct(vec![running]).await;
+            writer.finish().await;
+        });
+    })
+    .join()
+    .expect("the writer");
+
+    let message = tokio::time::timeout(Duration::from_secs(10), told.next())
+        .await
+        .expect("told in time")
+        .expect("a message");
+    let keys = String::from_utf8(message.payload.to_vec()).expect("UTF-8");
+    assert_eq!(keys.lines().collect::<Vec<_>>(), [key.as_str()]);
+    wait_outbox_empty(&pool, task).await;
+}

@@ -242,12 +242,13 @@ pub async fn serve(mut settings: Settings, shutdown: CancellationToken) -> anyho
         tokio::time::sleep(grace).await;
     };
     tokio::select! {
-        () = accept(listener, state.settings.sse_stall, router(state.clone()), shutdown.clone()) => Ok(()),
+        () = accept(listener, state.settings.sse_stall, router(state.clone()), shutdown.clone()) => {}
         _ = deadline => {
             tracing::warn!(?grace, "shutdown grace period over; dropping open connections");
-            Ok(())
         }
     }
+    state.bus.finish().await;
+    Ok(())
 }
 
 /// Serve HTTP/1.1 on every accepted connection until `shutdown`; then stop accepting, let

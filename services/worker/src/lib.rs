@@ -115,7 +115,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     say_joined(&bus, &worker).await;
     let handler = Arc::new(handler::JobHandler::new(handler::Deps {
         pool: pool.clone(),
-        bus,
+        bus: bus.clone(),
         llm,
         settings: Arc::new(settings),
         release,
@@ -161,6 +161,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         handler.hinted_done().await;
     }
     heartbeat.abort();
+    bus.finish().await;
     if let Err(e) = maestro_db::workers::gone(&pool, &worker.0).await {
         tracing::warn!(error = %e, "cannot say this worker has stopped");
     }

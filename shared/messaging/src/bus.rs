@@ -16,7 +16,8 @@ use async_nats::jetstream;
 use async_nats::jetstream::context::PublishAckFuture;
 use bytes::Bytes;
 use maestro_domain::{JobId, TaskId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::TaskTracker;
 
 use crate::Subjects;
 use crate::payloads::{JobDispatch, ToolsCancel};
@@ -29,6 +30,10 @@ use crate::payloads::{JobDispatch, ToolsCancel};
 const PUBLISHED_WINDOW: Duration = Duration::from_millis(25);
 /// A window's message is sent early once its keys reach this many bytes.
 const PUBLISHED_MAX_BYTES: usize = 64 * 1024;
+
+/// How long [`Bus::finish`] waits at the most: the relay's grace for rows their writer
+/// publishes (`maestro_db::outbox::DIRECT_GRACE`), past which it publishes them anyway.
+const FINISH_WITHIN: Duration = Duration::from_secs(2);
 
 /// A service's connection to NATS and JetStream, with its deployment's subjects.
 #[derive(Debug, Clone)]
@@ -216,7 +221,7 @@ impl Bus {
             return;
         }
         let published = self.published.clone();
-        tokio::spawn(async move {
+        self.published.acks.spawn(async move {
             for ack in acks {
                 if let Err(e) = ack.await {
                     tracing::warn!(error = %e, "committed events not acknowledged; the relay will publish them");
@@ -254,6 +259,31 @@ impl Bus {
         Ok(acks)
     }
 
+    /// Before the process ends (its work drained): wait, [`FINISH_WITHIN`] at the most, for the
+    /// acknowledgements of the rows it published itself, tell the relay of them now rather
+    /// than at the end of their [`PUBLISHED_WINDOW`], and flush the connection. Without it,
+    /// a graceful stop within a window leaves those rows to the relay's poll, which publishes
+    /// them again after its grace (a repeat JetStream drops, a core-NATS subscriber sees).
+    pub async fn finish(&self) {
+        let finished = async {
+            self.published.acks.close();
+            self.published.acks.wait().await;
+            let (done, told) = oneshot::channel();
+            if self.published.notes.send(Note::Flush(done)).is_ok() {
+                let _ = told.await;
+            }
+            self.nats.flush().await
+        };
+        match tokio::time::timeout(FINISH_WITHIN, finished).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot flush NATS before stopping"),
+            Err(_) => tracing::warn!(
+                within = ?FINISH_WITHIN,
+                "the relay was not told of every published row before stopping; it publishes them again"
+            ),
+        }
+    }
+
     /// A core NATS message, fire and forget.
     async fn signal(&self, subject: String, payload: Bytes, to: &str) {
         if let Err(e) = self.nats.publish(subject, payload).await {
@@ -262,46 +292,76 @@ impl Bus {
     }
 }
 
-/// The keys of the outbox rows this process published itself, on their way to the relay.
+/// The keys of the outbox rows this process published itself, on their way to the relay,
+/// and the tasks awaiting the acknowledgements of such rows.
 #[derive(Debug, Clone)]
-struct Published(mpsc::UnboundedSender<String>);
+struct Published {
+    notes: mpsc::UnboundedSender<Note>,
+    acks: TaskTracker,
+}
+
+#[derive(Debug)]
+enum Note {
+    /// Newline-separated keys whose rows' messages JetStream acknowledged.
+    Keys(String),
+    /// Send what is gathered now, then answer.
+    Flush(oneshot::Sender<()>),
+}
 
 impl Published {
     fn start(nats: async_nats::Client, subject: String) -> Self {
-        let (keys, gathered) = mpsc::unbounded_channel();
+        let (notes, gathered) = mpsc::unbounded_channel();
         tokio::spawn(tell_relay(nats, subject, gathered));
-        Self(keys)
+        Self {
+            notes,
+            acks: TaskTracker::new(),
+        }
     }
 
     /// Newline-separated keys whose rows' messages JetStream acknowledged.
     fn add(&self, keys: String) {
         // The receiver lives as long as any sender: this cannot fail.
-        let _ = self.0.send(keys);
+        let _ = self.notes.send(Note::Keys(keys));
     }
 }
 
 /// Send the keys on `subject`, one message per [`PUBLISHED_WINDOW`] from the first key of
-/// each, until every [`Bus`] of the process is gone. A message lost here (the process ends
-/// within the window) leaves its rows to the relay's poll, which publishes them again: the
-/// repeat is dropped by its `Nats-Msg-Id`.
+/// each (sooner when [`Bus::finish`] asks), until every [`Bus`] of the process is gone. A
+/// message lost here (the process dies within the window) leaves its rows to the relay's
+/// poll, which publishes them again: the repeat is dropped by its `Nats-Msg-Id`.
 async fn tell_relay(
     nats: async_nats::Client,
     subject: String,
-    mut gathered: mpsc::UnboundedReceiver<String>,
+    mut gathered: mpsc::UnboundedReceiver<Note>,
 ) {
-    while let Some(mut keys) = gathered.recv().await {
+    while let Some(note) = gathered.recv().await {
+        let mut keys = match note {
+            Note::Keys(keys) => keys,
+            Note::Flush(done) => {
+                let _ = done.send(());
+                continue;
+            }
+        };
         let until = tokio::time::Instant::now() + PUBLISHED_WINDOW;
+        let mut flushed = None;
         while keys.len() < PUBLISHED_MAX_BYTES {
             match tokio::time::timeout_at(until, gathered.recv()).await {
-                Ok(Some(more)) => {
+                Ok(Some(Note::Keys(more))) => {
                     keys.push('\n');
                     keys.push_str(&more);
+                }
+                Ok(Some(Note::Flush(done))) => {
+                    flushed = Some(done);
+                    break;
                 }
                 Ok(None) | Err(_) => break,
             }
         }
         if let Err(e) = nats.publish(subject.clone(), Bytes::from(keys)).await {
             tracing::warn!(error = %e, "cannot tell the relay what was published; it will publish it again");
+        }
+        if let Some(done) = flushed {
+            let _ = done.send(());
         }
     }
 }
