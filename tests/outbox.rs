@@ -399,6 +399,24 @@ async fn heard(bus: &Bus, task_id: TaskId) -> Arc<Mutex<Vec<String>>> {
     ids
 }
 
+/// A stack whose worker is the test.
+async fn without_worker() -> Stack {
+    let mut stack = Stack::up(StackOptions::new(json!({"scenarios": []}))).await;
+    stack.kill("worker").await;
+    stack
+}
+
+/// A queued task of alice's, its events' rows already published by the relay.
+async fn queued(stack: &Stack, instruction: &str) -> (TaskId, maestro_domain::JobId) {
+    let (task, job) = stack
+        .db
+        .queued_task("alice", instruction)
+        .await
+        .expect("task");
+    wait_outbox_empty(&stack.db.pool, task).await;
+    (task, job)
+}
+
 async fn wait_outbox_empty(pool: &sqlx::PgPool, task_id: TaskId) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !rows(pool, task_id).await.is_empty() {
@@ -413,23 +431,11 @@ async fn wait_outbox_empty(pool: &sqlx::PgPool, task_id: TaskId) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_forgets_what_the_writer_published_and_publishes_what_it_did_not() {
-    let mut stack = Stack::up(StackOptions::new(json!({"scenarios": []}))).await;
-    // This test is the worker.
-    stack.kill("worker").await;
+    let stack = without_worker().await;
     let bus = bus(&stack).await;
     let pool = stack.db.pool.clone();
-    let (published, _) = stack
-        .db
-        .queued_task("alice", "published")
-        .await
-        .expect("task");
-    let (abandoned, abandoned_job) = stack
-        .db
-        .queued_task("alice", "abandoned")
-        .await
-        .expect("task");
-    wait_outbox_empty(&pool, published).await;
-    wait_outbox_empty(&pool, abandoned).await;
+    let (published, _) = queued(&stack, "published").await;
+    let (abandoned, abandoned_job) = queued(&stack, "abandoned").await;
 
     // Published by its writer: on the bus once (the relay does not repeat it), then gone.
     let job = sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM jobs WHERE task_id = $1")
@@ -512,17 +518,10 @@ async fn the_relay_forgets_what_the_writer_published_and_publishes_what_it_did_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_stops_tells_the_relay_what_it_published_before_it_goes() {
-    let mut stack = Stack::up(StackOptions::new(json!({"scenarios": []}))).await;
-    // This test is the worker.
-    stack.kill("worker").await;
+    let stack = without_worker().await;
     let listener = bus(&stack).await;
     let pool = stack.db.pool.clone();
-    let (task, job) = stack
-        .db
-        .queued_task("alice", "stopping")
-        .await
-        .expect("task");
-    wait_outbox_empty(&pool, task).await;
+    let (task, job) = queued(&stack, "stopping").await;
     let mut told = listener
         .nats
         .subscribe(listener.subjects.outbox_published())
