@@ -55,8 +55,11 @@ where
     confine(root, false, work).await
 }
 
-/// A call for a confined thread, given whether its thread is confined (a kept thread is).
-type Job = Box<dyn FnOnce(Result<(), ConfineError>) + Send>;
+/// A call for a confined thread, given whether its thread is confined (a kept thread is): it
+/// does the work and returns the hand-over of its outcome to the caller, which the thread
+/// makes once it is kept again, so that a caller's next call finds it.
+type Job = Box<dyn FnOnce(Result<(), ConfineError>) -> Delivery + Send>;
+type Delivery = Box<dyn FnOnce() + Send>;
 
 /// What a confined thread was confined to: a directory (by device, inode and, where the file
 /// system keeps it, birth time) and whether it may write there.
@@ -90,7 +93,10 @@ where
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job: Job = Box::new(move |confined: Result<(), ConfineError>| {
-        let _ = tx.send(confined.map(|()| work()));
+        let outcome = confined.map(|()| work());
+        Box::new(move || {
+            let _ = tx.send(outcome);
+        })
     });
     let job = match KEPT.take(confinement) {
         Some(idle) => match idle.calls.send(job) {
@@ -112,29 +118,29 @@ where
 
 /// A confined thread's life: confine itself to `dir`, run the first call, then wait, kept,
 /// for calls on the same directory until it has been idle for [`KEEP_IDLE`] (or is not kept).
+/// Each call's outcome is handed over only once the thread is back in the pool.
 fn serve(dir: File, confinement: Confinement, first: Job) {
     if let Err(e) = restrict(dir, confinement.writable) {
-        first(Err(e));
+        first(Err(e))();
         return;
     }
-    first(Ok(()));
     static IDS: AtomicU64 = AtomicU64::new(0);
     let id = IDS.fetch_add(1, Ordering::Relaxed);
     let (calls, waiting) = mpsc::channel::<Job>();
+    let mut deliver = first(Ok(()));
     loop {
         let idle = Idle {
             id,
             calls: calls.clone(),
         };
-        if !KEPT.keep(confinement, idle) {
+        let kept = KEPT.keep(confinement, idle);
+        deliver();
+        if !kept {
             return;
         }
-        loop {
+        deliver = loop {
             match waiting.recv_timeout(KEEP_IDLE) {
-                Ok(job) => {
-                    job(Ok(()));
-                    break;
-                }
+                Ok(job) => break job(Ok(())),
                 // Gone from the pool unless a caller took it meanwhile, whose call follows.
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if KEPT.forget(confinement, id) {
@@ -143,7 +149,7 @@ fn serve(dir: File, confinement: Confinement, first: Job) {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
-        }
+        };
     }
 }
 
