@@ -148,13 +148,7 @@ impl Bus {
             .await;
         }
         for (profile, dispatch) in &after.dispatch {
-            let subject = self.subjects.dispatch(profile);
-            let sent =
-                crate::publish::publish_json(&self.js, subject, &dispatch.message_id(), dispatch)
-                    .await;
-            if let Err(e) = sent {
-                tracing::warn!(error = %e, job_id = %dispatch.job_id, "dispatch not published; the scheduler will send it again");
-            }
+            self.send_dispatch(profile, dispatch).await;
         }
         if after.joiner {
             self.signal(
@@ -260,7 +254,7 @@ impl Bus {
     }
 
     /// Before the process ends (its work drained): wait, [`FINISH_WITHIN`] at the most, for the
-    /// acknowledgements of the rows it published itself, tell the relay of them now rather
+    /// acknowledgements of the rows and dispatches it published itself, tell the relay of them now rather
     /// than at the end of their [`PUBLISHED_WINDOW`], and flush the connection. Without it,
     /// a graceful stop within a window leaves those rows to the relay's poll, which publishes
     /// them again after its grace (a repeat JetStream drops, a core-NATS subscriber sees).
@@ -284,6 +278,30 @@ impl Bus {
         }
     }
 
+    /// Send a job's dispatch to the workers of `profile`, in order behind what this process
+    /// sent before, and await the stream's acknowledgement in the background (on the tracker
+    /// [`Bus::finish`] waits for): a writer's answer, such as the gateway's `201 Created`,
+    /// does not wait for JetStream's store. Best effort, as it was when it waited: a dispatch
+    /// the stream does not store is sent again by the scheduler's re-dispatch of jobs still
+    /// `queued`, and a repeat is dropped by its `Nats-Msg-Id`.
+    async fn send_dispatch(&self, profile: &str, dispatch: &JobDispatch) {
+        let subject = self.subjects.dispatch(profile);
+        let headers = crate::publish::headers(&dispatch.message_id());
+        let job_id = dispatch.job_id;
+        match crate::publish::start(&self.js, subject, headers, json_bytes(dispatch)).await {
+            Ok(ack) => {
+                self.published.acks.spawn(async move {
+                    if let Err(e) = ack.await {
+                        tracing::warn!(error = %e, %job_id, "dispatch not stored; the scheduler will send it again");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, %job_id, "dispatch not published; the scheduler will send it again");
+            }
+        }
+    }
+
     /// A core NATS message, fire and forget.
     async fn signal(&self, subject: String, payload: Bytes, to: &str) {
         if let Err(e) = self.nats.publish(subject, payload).await {
@@ -293,7 +311,7 @@ impl Bus {
 }
 
 /// The keys of the outbox rows this process published itself, on their way to the relay,
-/// and the tasks awaiting the acknowledgements of such rows.
+/// and the tasks awaiting the acknowledgements of such rows and of its dispatches.
 #[derive(Debug, Clone)]
 struct Published {
     notes: mpsc::UnboundedSender<Note>,

@@ -159,6 +159,8 @@ fn streaming_scenario(chunks: usize) -> Value {
 struct Board {
     waiting: HashMap<String, oneshot::Sender<End>>,
     finished: HashMap<String, End>,
+    /// From each create's request to its answer (`201 Created` read), since the last take.
+    answered: Vec<Duration>,
 }
 
 /// How a job ended, as its `job_state` event said.
@@ -196,6 +198,8 @@ pub struct Figures {
     pub elapsed: Duration,
     /// Sorted.
     pub latencies: Vec<Duration>,
+    /// From each create's request to its `201 Created` read; sorted.
+    pub answered: Vec<Duration>,
     pub pg: Counters,
     pub cpu_ms: i64,
     /// CPU ms by command name, largest first.
@@ -209,8 +213,7 @@ impl Figures {
 
     /// The `p` quantile of the latencies, in ms.
     pub fn pct(&self, p: f64) -> f64 {
-        let n = self.latencies.len();
-        ms(self.latencies[((n as f64 * p) as usize).min(n - 1)])
+        quantile(&self.latencies, p)
     }
 
     pub fn per_job(&self, n: i64) -> f64 {
@@ -227,6 +230,11 @@ impl Figures {
             self.pct(0.9),
             self.pct(0.99),
             self.pct(1.0)
+        );
+        println!(
+            "answered:    p50 {:.2} ms, p99 {:.2} ms (create request → 201 read)",
+            quantile(&self.answered, 0.5),
+            quantile(&self.answered, 0.99)
         );
         println!(
             "commits:     {:.1} per job (pg_stat_database.xact_commit, reads included); \
@@ -386,7 +394,10 @@ impl Target {
             .fetch_one(&self.pool)
             .await?;
         let started = Instant::now();
+        self.board.lock().expect("lock").answered.clear();
         let mut latencies = work().await?;
+        let mut answered = std::mem::take(&mut self.board.lock().expect("lock").answered);
+        answered.sort();
         let elapsed = started.elapsed();
         let pg = counters(&self.pool).await? - pg_before;
         let cpu_ms = cpu_busy_ms()? - cpu_before;
@@ -404,6 +415,7 @@ impl Target {
             from,
             elapsed,
             latencies,
+            answered,
             pg,
             cpu_ms,
             by_process,
@@ -559,6 +571,7 @@ impl Target {
         let task: Value = response.error_for_status()?.json().await?;
         let id = task["id"].as_str().context("task id")?.to_owned();
         let mut board = self.board.lock().expect("lock");
+        board.answered.push(sent.elapsed());
         let ending = match board.finished.remove(&id) {
             Some(end) => Ending::Over(id, end),
             None => {
@@ -749,4 +762,12 @@ async fn counters(pool: &sqlx::PgPool) -> anyhow::Result<Counters> {
         writes,
         flushes,
     })
+}
+
+/// The `p` quantile of sorted `durations`, in ms (0 for none).
+fn quantile(durations: &[Duration], p: f64) -> f64 {
+    match durations.len() {
+        0 => 0.0,
+        n => ms(durations[((n as f64 * p) as usize).min(n - 1)]),
+    }
 }
