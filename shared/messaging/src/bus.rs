@@ -254,10 +254,11 @@ impl Bus {
     }
 
     /// Before the process ends (its work drained): wait, [`FINISH_WITHIN`] at the most, for the
-    /// acknowledgements of the rows and dispatches it published itself, tell the relay of them now rather
-    /// than at the end of their [`PUBLISHED_WINDOW`], and flush the connection. Without it,
-    /// a graceful stop within a window leaves those rows to the relay's poll, which publishes
-    /// them again after its grace (a repeat JetStream drops, a core-NATS subscriber sees).
+    /// acknowledgements of the rows and dispatches it published itself, tell the relay of those
+    /// rows now rather than at the end of their [`PUBLISHED_WINDOW`], and flush the connection.
+    /// Without it, a graceful stop within a window leaves those rows to the relay's poll, which
+    /// publishes them again after its grace (a repeat JetStream drops, a core-NATS subscriber
+    /// sees).
     pub async fn finish(&self) {
         let finished = async {
             self.published.acks.close();

@@ -396,9 +396,9 @@ impl Target {
         let started = Instant::now();
         self.board.lock().expect("lock").answered.clear();
         let mut latencies = work().await?;
+        let elapsed = started.elapsed();
         let mut answered = std::mem::take(&mut self.board.lock().expect("lock").answered);
         answered.sort();
-        let elapsed = started.elapsed();
         let pg = counters(&self.pool).await? - pg_before;
         let cpu_ms = cpu_busy_ms()? - cpu_before;
         let mut by_process: Vec<(String, i64)> = cpu_by_process()
