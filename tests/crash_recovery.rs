@@ -149,6 +149,114 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
 
 /// A reference job: `list_files` (which only reads), then `complete`; the second reply comes
 /// after `second_delay_ms`, streaming `chunk_delay_ms` apart.
+/// A job whose last attempt a crash spent fails at its next claim, before any work: the
+/// `failed` state is committed and published, its `task.failed` notice reaches the inbox and
+/// the bus once, and the LLM is asked nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_attempts_a_crash_spent_fails_at_its_next_claim() {
+    use futures::StreamExt as _;
+    use maestro_domain::notification::NotificationType;
+
+    let options = StackOptions::new(slow_scenario())
+        .env("JOB_ACK_WAIT_MS", "1500")
+        .env("JOB_MAX_ATTEMPTS", "1")
+        .worker_named("worker-a");
+    let mut stack = Stack::up(options).await;
+    let task_id = stack
+        .new_task(&json!({"instruction": "crash test: write out.txt"}))
+        .await;
+    stack.wait_for_next_turn(task_id).await;
+
+    let subjects = maestro_messaging::Subjects::new(&stack.prefix).expect("the prefix");
+    let nats = stack.nats.client().await.expect("connect to NATS");
+    let mut states = nats
+        .subscribe(subjects.event(task_id, EventKind::JobState))
+        .await
+        .expect("subscribe");
+    let mut notices = nats
+        .subscribe(subjects.notify(NotificationType::TaskFailed))
+        .await
+        .expect("subscribe");
+    nats.flush().await.expect("flush");
+
+    stack.kill("worker-a").await;
+    stack.add(Service::Worker, "worker-b").await;
+    let done = stack
+        .wait_within(task_id, &[JobStatus::Failed], Duration::from_secs(40))
+        .await;
+    let job = done.job();
+    assert_eq!(job.attempt, 2, "{done:?}");
+    assert_eq!(
+        job.error.as_deref(),
+        Some("gave up after 1 attempts"),
+        "{done:?}"
+    );
+    let events = stack.events(task_id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>());
+    let last = events.last().expect("events");
+    assert_eq!(last.payload["status"], "failed", "{last:?}");
+
+    // On the bus: the state, and its notice.
+    let within = Duration::from_secs(10);
+    let failed = loop {
+        let message = tokio::time::timeout(within, states.next())
+            .await
+            .expect("the failed state on the bus")
+            .expect("a message");
+        let event: Value = serde_json::from_slice(&message.payload).expect("JSON");
+        if event["payload"]["status"] == "failed" {
+            break event;
+        }
+    };
+    assert_eq!(failed["seq"], last.seq, "{failed}");
+    let notice = tokio::time::timeout(within, notices.next())
+        .await
+        .expect("the task.failed notice on the bus")
+        .expect("a message");
+    let notice: Value = serde_json::from_slice(&notice.payload).expect("JSON");
+    assert_eq!(notice["data"]["task_id"], task_id.to_string(), "{notice}");
+    assert_eq!(notice["data"]["event_seq"], last.seq, "{notice}");
+
+    // Once: nothing left for the relay to publish again after its grace.
+    let rows = || {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox WHERE task_id = $1")
+            .bind(task_id.0)
+            .fetch_one(&stack.db.pool)
+    };
+    let deadline = tokio::time::Instant::now() + within;
+    while rows().await.expect("outbox rows") > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "outbox rows left");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        tokio::time::timeout(Duration::ZERO, notices.next())
+            .await
+            .is_err(),
+        "the notice was published once"
+    );
+    let inbox: Value = stack
+        .call(
+            reqwest::Method::GET,
+            &format!("/api/local/inbox?task_id={task_id}&type=task.failed"),
+            None::<&Value>,
+        )
+        .await
+        .expect("the inbox");
+    assert_eq!(inbox["items"].as_array().map(Vec::len), Some(1), "{inbox}");
+
+    let turns: Vec<i64> = stack
+        .llm
+        .requests()
+        .await
+        .expect("LLM requests")
+        .iter()
+        .map(|r| r["turn"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(turns, [0, 1], "worker-b asked nothing: {turns:?}");
+}
+
 fn list_then_complete(second_delay_ms: u64, chunk_delay_ms: u64) -> Value {
     json!({"scenarios": [{
         "name": "list-then-complete",

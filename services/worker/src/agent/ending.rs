@@ -29,10 +29,19 @@ pub(super) async fn settle_failed(
     let change = state_event(JobStatus::Failed, fence.attempt, |c| {
         c.error = Some(error.clone())
     });
-    jobs::append(&shared.pool, fence, &[change], Some(&transition)).await??;
-    // It may be a subtask whose parent waits for it.
-    let after = AfterCommit::events().wake_joiner();
-    shared.bus.after_commit(after).await;
+    let publish = jobs::Publish::Directly;
+    let appended = jobs::append_publishing(
+        &shared.pool,
+        fence,
+        &[change],
+        Some(&transition),
+        &[],
+        publish,
+    )
+    .await??;
+    // Published from here, as every other end of a job; it may be a subtask whose parent
+    // waits for it.
+    super::journal::announce(&shared.bus, appended, true).await;
     cancel_children(shared, fence.job_id).await;
     Ok(JobEnd::Failed(error))
 }

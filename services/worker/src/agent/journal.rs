@@ -436,17 +436,24 @@ impl Writer {
         };
         let last_seq = appended.first_seq + events.len() as i64 - 1;
         self.committed.store(last_seq, Ordering::Release);
-        self.bus.publish_direct(appended.direct).await;
         let over = transition.is_some_and(|t| t.to.is_terminal());
-        let mut after = if appended.relayed {
-            AfterCommit::events()
-        } else {
-            AfterCommit::none()
-        };
-        if self.subtask && over {
-            after = after.wake_joiner();
-        }
-        self.bus.after_commit(after).await;
+        announce(&self.bus, appended, self.subtask && over).await;
         Ok(Ok(()))
     }
+}
+
+/// What follows a job's append committed with [`Publish::Directly`]: its events and notices
+/// published from here, the relay woken only for what else the statement wrote (signals,
+/// webhook deliveries), and the subtask join when `joiner` (a subtask's job is over).
+pub(super) async fn announce(bus: &Bus, appended: jobs::Appended, joiner: bool) {
+    bus.publish_direct(appended.direct).await;
+    let mut after = if appended.relayed {
+        AfterCommit::events()
+    } else {
+        AfterCommit::none()
+    };
+    if joiner {
+        after = after.wake_joiner();
+    }
+    bus.after_commit(after).await;
 }
