@@ -933,12 +933,15 @@ async fn only_a_first_answer_whose_calls_all_read_sends_them_early() {
     assert_eq!(done.job().status, JobStatus::Succeeded, "{done:?}");
     let early = reads("used").await + reads("unused").await;
     assert_eq!(early, 0, "nothing went early for `complete`");
+    let hinted = dispatches(&stack, "worker", "hint").await;
     let read = stack.run(&json!({"instruction": "two reads"})).await;
     assert_eq!(read.job().status, JobStatus::Succeeded, "{read:?}");
     let results = tool_results(&stack.events(read.id()).await);
     assert_eq!(results.len(), 3, "two calls and `complete`: {results:?}");
     assert!(results[1].contains("missing.txt"), "{results:?}");
-    if dispatches(&stack, "worker", "hint").await == 2 {
+    // Reads go early only beside a hinted claim; its JetStream delivery can win the race on a
+    // loaded machine, and then the job reads in order.
+    if dispatches(&stack, "worker", "hint").await == hinted + 1 {
         assert_eq!(
             reads("used").await,
             2,
