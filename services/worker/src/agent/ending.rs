@@ -29,16 +29,9 @@ pub(super) async fn settle_failed(
     let change = state_event(JobStatus::Failed, fence.attempt, |c| {
         c.error = Some(error.clone())
     });
-    let publish = jobs::Publish::Directly;
-    let appended = jobs::append_publishing(
-        &shared.pool,
-        fence,
-        &[change],
-        Some(&transition),
-        &[],
-        publish,
-    )
-    .await??;
+    let (pool, publish) = (&shared.pool, jobs::Publish::Directly);
+    let appended =
+        jobs::append_publishing(pool, fence, &[change], Some(&transition), &[], publish).await??;
     // Published from here, as every other end of a job; it may be a subtask whose parent
     // waits for it.
     super::journal::announce(&shared.bus, appended, true).await;
