@@ -49,18 +49,27 @@ async fn replace_the_worker(stack: &mut Stack, task_id: TaskId) -> Vec<Event> {
     stack.events(task_id).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_duplicates() {
-    let options = StackOptions::new(slow_scenario())
+/// A stack whose one worker, `worker-a`, is in the middle of a task's second turn (the slow
+/// scenario's long stream), deliveries redelivered after 1.5 s, with `env`; and that task.
+async fn mid_second_turn(env: &[(&str, &str)]) -> (Stack, TaskId) {
+    let mut options = StackOptions::new(slow_scenario())
         .env("JOB_ACK_WAIT_MS", "1500")
         .worker_named("worker-a");
-    let mut stack = Stack::up(options).await;
-
+    for (key, value) in env {
+        options = options.env(key, value);
+    }
+    let stack = Stack::up(options).await;
     let task_id = stack
         .new_task(&json!({"instruction": "crash test: write out.txt"}))
         .await;
-    // Wait until the second turn is streaming: a text delta after the tool result.
+    // The second turn is streaming: a text delta after the tool result.
     stack.wait_for_next_turn(task_id).await;
+    (stack, task_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_duplicates() {
+    let (mut stack, task_id) = mid_second_turn(&[]).await;
 
     let events = replace_the_worker(&mut stack, task_id).await;
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
@@ -157,15 +166,7 @@ async fn a_job_whose_attempts_a_crash_spent_fails_at_its_next_claim() {
     use futures::StreamExt as _;
     use maestro_domain::notification::NotificationType;
 
-    let options = StackOptions::new(slow_scenario())
-        .env("JOB_ACK_WAIT_MS", "1500")
-        .env("JOB_MAX_ATTEMPTS", "1")
-        .worker_named("worker-a");
-    let mut stack = Stack::up(options).await;
-    let task_id = stack
-        .new_task(&json!({"instruction": "crash test: write out.txt"}))
-        .await;
-    stack.wait_for_next_turn(task_id).await;
+    let (mut stack, task_id) = mid_second_turn(&[("JOB_MAX_ATTEMPTS", "1")]).await;
 
     let subjects = maestro_messaging::Subjects::new(&stack.prefix).expect("the prefix");
     let nats = stack.nats.client().await.expect("connect to NATS");
