@@ -137,11 +137,7 @@ async fn a_worker_killed_mid_job_is_replaced_and_the_job_completes_without_dupli
         "one result per call: {per_kind:?}"
     );
 
-    let requests = stack.llm.requests().await.expect("LLM requests");
-    let turns: Vec<i64> = requests
-        .iter()
-        .map(|r| r["turn"].as_i64().unwrap_or(-1))
-        .collect();
+    let turns = stack.llm.turns().await.expect("LLM requests");
     assert_eq!(
         turns.iter().filter(|t| **t == 0).count(),
         1,
@@ -247,14 +243,7 @@ async fn a_job_whose_attempts_a_crash_spent_fails_at_its_next_claim() {
         .expect("the inbox");
     assert_eq!(inbox["items"].as_array().map(Vec::len), Some(1), "{inbox}");
 
-    let turns: Vec<i64> = stack
-        .llm
-        .requests()
-        .await
-        .expect("LLM requests")
-        .iter()
-        .map(|r| r["turn"].as_i64().unwrap_or(-1))
-        .collect();
+    let turns = stack.llm.turns().await.expect("LLM requests");
     assert_eq!(turns, [0, 1], "worker-b asked nothing: {turns:?}");
 }
 
@@ -394,11 +383,7 @@ async fn a_worker_killed_inside_the_commit_wait_asks_that_turn_again() {
         .count();
     assert_eq!(assistant, 2, "one message per LLM turn");
 
-    let requests = stack.llm.requests().await.expect("LLM requests");
-    let turns: Vec<i64> = requests
-        .iter()
-        .map(|r| r["turn"].as_i64().unwrap_or(-1))
-        .collect();
+    let turns = stack.llm.turns().await.expect("LLM requests");
     assert_eq!(
         turns,
         [0, 1, 0, 1],

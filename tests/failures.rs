@@ -105,14 +105,7 @@ async fn a_recoverable_llm_error_is_retried_later_and_the_job_succeeds() {
         2,
         "write_file ran once before the error, complete once after"
     );
-    let turns: Vec<i64> = stack
-        .llm
-        .requests()
-        .await
-        .expect("requests")
-        .iter()
-        .map(|r| r["turn"].as_i64().unwrap_or(-1))
-        .collect();
+    let turns = stack.llm.turns().await.expect("requests");
     assert_eq!(
         turns,
         [0, 1, 1],

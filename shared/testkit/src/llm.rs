@@ -71,6 +71,16 @@ impl ScriptedLlm {
         Ok(body["requests"].as_array().cloned().unwrap_or_default())
     }
 
+    /// The scenario turn each chat request received so far was answered with, in order (-1
+    /// for a request no turn answered).
+    pub async fn turns(&self) -> anyhow::Result<Vec<i64>> {
+        let requests = self.requests().await?;
+        Ok(requests
+            .iter()
+            .map(|r| r["turn"].as_i64().unwrap_or(-1))
+            .collect())
+    }
+
     /// Replace the scenarios.
     pub async fn load(&self, scenarios: &Value) -> anyhow::Result<()> {
         let url = format!("{}/_scripted/scenarios", self.root());

@@ -8,8 +8,8 @@
 //! with no workspace yet reads, and a job's many calls on its workspace). A thread serves
 //! one call at a time and only ever the directory it was confined to: the directory is known
 //! by its device, inode and birth time, read from the very descriptor its rule is made of, so
-//! a workspace removed and made again at the same path gets threads of its own. Idle threads end after
-//! [`KEEP_IDLE`]; at most [`KEEP_MOST`] are kept in all.
+//! a workspace removed and made again at the same path gets threads of its own. Idle threads
+//! end after [`KEEP_IDLE`]; at most [`KEEP_MOST`] are kept in all.
 
 use std::collections::HashMap;
 use std::fs::File;
