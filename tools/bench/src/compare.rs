@@ -38,7 +38,14 @@ pub fn parse(mut it: impl Iterator<Item = String>) -> anyhow::Result<Args> {
             "--levels" => {
                 args.levels = value.split(',').map(str::parse).collect::<Result<_, _>>()?
             }
-            "--peers" => args.peers = value.split(',').map(str::to_owned).collect(),
+            // `--peers ''`: MAESTRO alone.
+            "--peers" => {
+                args.peers = value
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
             other => anyhow::bail!(
                 "unknown flag {other}; flags: --jobs N --levels C,C --peers dbos,langgraph,restate,temporal"
             ),
@@ -86,8 +93,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let llm_url = format!("http://127.0.0.1:{port}/v1");
 
     quiet_machine().await?;
-    let machine = commit_rates().await?;
-    eprintln!("{machine}");
+    let before = commit_rates().await?;
+    eprintln!("before the runs: {before}");
     let levels: Vec<usize> = std::iter::once(1).chain(args.levels.clone()).collect();
     let mut rows = Vec::new();
     {
@@ -115,7 +122,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     llm.kill().await.ok();
-    println!("\n{machine}");
+    // The VM's speed can drift over the minutes the runs take (and the systems run one after
+    // another): the same figure after them says by how much.
+    let after = commit_rates().await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "\nthis machine: {cores} cores; Postgres one-row commits before the runs {before}; after \
+         them {after}"
+    );
     print(&rows);
     verdict(&rows);
     Ok(())
@@ -124,7 +138,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// How fast this machine's Postgres commits, so a run's figures can be set beside another
 /// machine's: one-row inserts, each its own transaction, from one client and from eight, 2 s
 /// each, in a scratch database.
-async fn commit_rates() -> anyhow::Result<String> {
+async fn commit_rates() -> anyhow::Result<CommitRates> {
     let db = maestro_testkit::TestDb::create().await?;
     sqlx::query("CREATE TABLE commit_rate (x integer)")
         .execute(&db.pool)
@@ -158,14 +172,28 @@ async fn commit_rates() -> anyhow::Result<String> {
             anyhow::Ok(commits as f64 / window.as_secs_f64())
         }
     };
-    let one = rate(1).await?;
-    let eight = rate(8).await?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Ok(format!(
-        "this machine: {cores} cores; Postgres one-row commits {one:.0}/s from one client \
-         ({:.2} ms each), {eight:.0}/s from eight",
-        1000.0 / one
-    ))
+    Ok(CommitRates {
+        one: rate(1).await?,
+        eight: rate(8).await?,
+    })
+}
+
+/// One-row commits per second from one client and from eight.
+struct CommitRates {
+    one: f64,
+    eight: f64,
+}
+
+impl std::fmt::Display for CommitRates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0}/s from one client ({:.2} ms each), {:.0}/s from eight",
+            self.one,
+            1000.0 / self.one,
+            self.eight
+        )
+    }
 }
 
 /// MAESTRO against each peer on the issue's two figures: throughput at each system's best
