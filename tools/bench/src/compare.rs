@@ -8,7 +8,8 @@
 //! concurrency 1 and at each level, one system at a time. MAESTRO runs it through its five
 //! services with its own scripted LLM (as instant). CPU is that of every process on the
 //! machine during the measured run, per job. The table shows each system at concurrency 1 and
-//! at its best level.
+//! at its best level, under Postgres's commit rates timed before the runs and after them.
+//! `--peers ''` runs MAESTRO alone.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -136,8 +137,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// How fast this machine's Postgres commits, so a run's figures can be set beside another
-/// machine's: one-row inserts, each its own transaction, from one client and from eight, 2 s
-/// each, in a scratch database.
+/// machine's (and the runs' start beside their end): one-row inserts, each its own
+/// transaction, from one client and from eight, 2 s each, in a scratch database.
 async fn commit_rates() -> anyhow::Result<CommitRates> {
     let db = maestro_testkit::TestDb::create().await?;
     sqlx::query("CREATE TABLE commit_rate (x integer)")

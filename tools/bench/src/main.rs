@@ -58,7 +58,7 @@ usage: maestro-bench [--jobs N] [--concurrency C] [--cluster N] [--workers N] [-
        maestro-bench schedules [--schedules N] [--schedulers K] [--batch B]
        maestro-bench iterations [--jobs N] [--turns T] [--upstream URL] [--background BYTES]
        maestro-bench timeline [--jobs N]
-       maestro-bench compare [--jobs N] [--levels 8,64] [--peers dbos,langgraph,restate,temporal]
+       maestro-bench compare [--jobs N] [--levels 8,64] [--peers dbos,langgraph,restate,temporal | '']
        maestro-bench curve [--jobs N] [--backlog B] [--out DIR]
        maestro-bench floor [--jobs N] [--concurrency C] [--rounds R] [--keep worker,tool-runner,...]
 Each starts its own Postgres database, nats-server and services from the release binaries
